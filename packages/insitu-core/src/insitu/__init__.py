@@ -1,0 +1,54 @@
+"""insitu: train in place on n-dimensional Zarr archives.
+
+Public names are listed in ``__all__``. Names served by plugin packages
+(``as_torch``, ``to_jax``, ``as_tf_dataset``, ``obstore_store``, ...)
+resolve through the plugin registry on first use; when the plugin is not
+installed the error names the package to ``pip install``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from insitu.arrays import open_geometries
+from insitu.batch import Batch
+from insitu.dataset import DatasetView, InSituDataset
+from insitu.errors import BadChunkError, ConfigError, DatasetClosedError, InSituError, StaleCacheError
+from insitu.fetch import RetryPolicy
+from insitu.geometry import ArrayGeometry
+from insitu.splits import SplitManifest, split_by_chunk
+from insitu.stores import open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArrayGeometry",
+    "BadChunkError",
+    "Batch",
+    "ConfigError",
+    "DatasetClosedError",
+    "DatasetView",
+    "InSituDataset",
+    "InSituError",
+    "RetryPolicy",
+    "SplitManifest",
+    "StaleCacheError",
+    "__version__",
+    "open_geometries",
+    "open_store",
+    "split_by_chunk",
+]
+
+
+def __getattr__(name: str) -> Any:
+    from insitu.exports import EXPORTS, resolve_export
+
+    if name in EXPORTS:
+        return resolve_export(name)
+    raise AttributeError(f"module 'insitu' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    from insitu.exports import EXPORTS
+
+    return sorted(set(__all__) | set(EXPORTS))

@@ -1,0 +1,32 @@
+"""Exception types. Each message names the bad value so a user can fix it."""
+
+from __future__ import annotations
+
+
+class InSituError(Exception):
+    """Base class for errors raised by insitu."""
+
+
+class ConfigError(InSituError, ValueError):
+    """A constructor argument or input is invalid."""
+
+
+class BadChunkError(InSituError):
+    """A stored chunk could not be read or decoded.
+
+    ``array`` and ``key`` name the array path and the store key of the chunk.
+    """
+
+    def __init__(self, array: str, key: str, reason: str) -> None:
+        super().__init__(f"array {array!r}, chunk {key!r}: {reason}")
+        self.array = array
+        self.key = key
+        self.reason = reason
+
+
+class StaleCacheError(InSituError):
+    """A persisted chunk cache does not match the store, arrays or transforms."""
+
+
+class DatasetClosedError(InSituError, RuntimeError):
+    """The dataset was closed; its views can no longer be iterated."""

@@ -1,0 +1,115 @@
+"""Sample order for one epoch of one split view.
+
+The order depends only on (seed, epoch, split, rank, world_size): chunks are
+permuted, grouped into blocks of ``block_chunks`` consecutive chunks of that
+permutation, and samples are shuffled inside each block. A block is the unit
+of residency: its chunks are decoded together and its samples gathered from
+the pool, so memory scales with ``block_chunks``, not with the dataset.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitu.errors import ConfigError
+from insitu.splits import SplitManifest
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """Anchors (sample indices) in delivery order, cut into blocks."""
+
+    anchors: np.ndarray  # int64, delivery order
+    block_starts: np.ndarray  # int64, len = n_blocks + 1; block b is anchors[starts[b]:starts[b+1]]
+    block_chunks: tuple[tuple[int, ...], ...]  # manifest chunk ids per block
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.block_chunks)
+
+    def block_anchors(self, b: int) -> np.ndarray:
+        return self.anchors[self.block_starts[b] : self.block_starts[b + 1]]
+
+
+def epoch_rng(seed: int, epoch: int, split: str) -> np.random.Generator:
+    """The generator for one (seed, epoch, split); PCG64 is platform-independent."""
+    salt = zlib.crc32(split.encode())
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), salt]))
+
+
+def split_chunks(manifest: SplitManifest, split: str) -> tuple[int, ...]:
+    """Chunk ids of a split; ``"all"`` is every split's chunks, ascending."""
+    if split == "all" and "all" not in manifest.splits:
+        return tuple(sorted(c for chunks in manifest.splits.values() for c in chunks))
+    return manifest.chunks(split)
+
+
+def epoch_order(
+    manifest: SplitManifest,
+    split: str,
+    *,
+    anchor_range: tuple[int, int],
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    block_chunks: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> EpochOrder:
+    """Order the samples of ``split`` for ``epoch``.
+
+    ``anchor_range`` clips anchors so every shifted label stays inside its
+    array. With ``world_size > 1`` each rank takes every ``world_size``-th
+    chunk of the shared permutation (no chunk is read by two ranks) and all
+    ranks truncate to the shortest rank's sample count, so every rank yields
+    the same number of samples.
+    """
+    if block_chunks < 1:
+        raise ConfigError(f"block_chunks must be >= 1, got {block_chunks}")
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank={rank} must be in [0, world_size={world_size})")
+    lo, hi = anchor_range
+    chunks = np.asarray(split_chunks(manifest, split), dtype=np.int64)
+    per_chunk = [_clip(manifest.chunk_samples(int(c)), lo, hi) for c in chunks]
+    keep = [i for i, s in enumerate(per_chunk) if len(s)]
+    chunks = chunks[keep]
+    per_chunk = [per_chunk[i] for i in keep]
+    if world_size > len(chunks):
+        raise ConfigError(
+            f"world_size={world_size} exceeds the {len(chunks)} chunk(s) with valid samples in split {split!r}"
+        )
+
+    rng = epoch_rng(seed, epoch, split)
+    perm = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
+    mine = perm[rank::world_size]
+    limit = None
+    if world_size > 1:
+        sizes = np.array([len(s) for s in per_chunk])
+        limit = int(min(sizes[perm[r::world_size]].sum() for r in range(world_size)))
+
+    anchors: list[np.ndarray] = []
+    starts = [0]
+    groups: list[tuple[int, ...]] = []
+    total = 0
+    for b0 in range(0, len(mine), block_chunks):
+        idx = mine[b0 : b0 + block_chunks]
+        block = np.concatenate([per_chunk[i] for i in idx])
+        if shuffle:
+            block = block[rng.permutation(len(block))]
+        if limit is not None and total + len(block) > limit:
+            block = block[: limit - total]
+        if len(block) == 0:
+            break
+        anchors.append(block)
+        total += len(block)
+        starts.append(total)
+        groups.append(tuple(int(chunks[i]) for i in idx))
+    flat = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.int64)
+    return EpochOrder(flat, np.asarray(starts, dtype=np.int64), tuple(groups))
+
+
+def _clip(samples: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return samples[(samples >= lo) & (samples < hi)]

@@ -1,0 +1,177 @@
+"""The decoded-chunk pool: batch-assembly buffer and cache in one.
+
+Each array gets one *arena*: a preallocated ndarray (heap, or a memory-mapped
+file under ``cache_dir``) of ``n_slots`` slabs laid end to end, sample axis
+first. A batch is then one ``np.take`` over the arena, whatever chunks its
+samples came from. Slots are the unit of the byte budget: a slot counts as
+resident from the moment it is reserved for a load, so the sum of slot bytes
+in use can never exceed ``cache_budget_bytes``.
+
+Unpinned slabs stay resident as cache. Eviction takes, in order: slabs no
+running epoch needs again (least recently used first), then the slab whose
+next use is furthest away (Belady), so a slab shared by two blocks of one
+epoch is decoded once when the budget allows.
+
+All bookkeeping runs on the engine's event-loop thread; decode and gather
+threads only touch arena rows of slabs that are pinned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from insitu.geometry import ArrayGeometry
+
+
+@dataclass(eq=False)
+class Slab:
+    """One resident (or loading) slab of one array."""
+
+    slab: int
+    slot: int
+    ready: asyncio.Future[None]
+    pins: int = 0
+    next_use: int | None = None  # position of the next planned use by a running epoch
+    bad: bool = False  # decoded with a bad chunk filled in (on_bad_chunk="nan"/"skip")
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ArrayPool:
+    """Slots for the slabs of one array."""
+
+    def __init__(self, geom: ArrayGeometry, n_slots: int, arena: np.ndarray) -> None:
+        self.geom = geom
+        self.n_slots = n_slots
+        self.arena = arena
+        self.slab_to_slot = np.full(geom.n_slabs, -1, dtype=np.int64)
+        self.bad = np.zeros(geom.n_slabs, dtype=bool)  # slab holds a filled-in bad chunk
+        self.entries: dict[int, Slab] = {}
+        self._free = list(range(n_slots - 1, -1, -1))
+        self._spare: OrderedDict[int, None] = OrderedDict()  # unpinned, no planned use: LRU order
+        self._wanted: list[tuple[int, int, int]] = []  # heap of (-next_use, seq, slab)
+        self._seq = itertools.count()
+
+    @property
+    def slots_in_use(self) -> int:
+        return self.n_slots - len(self._free)
+
+    def view(self, slot: int) -> np.ndarray:
+        c = self.geom.chunk_len
+        return self.arena[slot * c : (slot + 1) * c]
+
+    def get(self, slab: int) -> Slab | None:
+        return self.entries.get(slab)
+
+    def pin(self, entry: Slab) -> None:
+        entry.pins += 1
+        self._spare.pop(entry.slab, None)
+        entry.next_use = None
+
+    def unpin(self, entry: Slab, next_use: int | None) -> None:
+        entry.pins -= 1
+        if entry.pins > 0 or self.entries.get(entry.slab) is not entry:
+            return
+        entry.next_use = next_use
+        if next_use is None:
+            self._spare[entry.slab] = None
+            self._spare.move_to_end(entry.slab)
+        else:
+            heapq.heappush(self._wanted, (-next_use, next(self._seq), entry.slab))
+
+    def reserve(self, slab: int, loop: asyncio.AbstractEventLoop) -> Slab | None:
+        """Take a slot for ``slab`` (evicting if needed), pinned once; None if all slots are pinned."""
+        slot = self._free.pop() if self._free else self._evict()
+        if slot is None:
+            return None
+        entry = Slab(slab=slab, slot=slot, ready=loop.create_future(), pins=1)
+        self.entries[slab] = entry
+        return entry
+
+    def adopt(self, slots: dict[int, int], loop: asyncio.AbstractEventLoop) -> None:
+        """Register slabs already present in their slots (a persisted cache), unpinned."""
+        taken = set(slots.values())
+        self._free = [s for s in self._free if s not in taken]
+        for slab, slot in slots.items():
+            entry = Slab(slab=slab, slot=slot, ready=loop.create_future())
+            entry.ready.set_result(None)
+            self.entries[slab] = entry
+            self.slab_to_slot[slab] = slot
+            self._spare[slab] = None
+
+    def mark_ready(self, entry: Slab) -> None:
+        self.slab_to_slot[entry.slab] = entry.slot
+
+    def discard(self, entry: Slab) -> None:
+        """Drop an entry whose load failed; its slot becomes free."""
+        if self.entries.get(entry.slab) is entry:
+            del self.entries[entry.slab]
+            self.slab_to_slot[entry.slab] = -1
+            self.bad[entry.slab] = False
+            self._spare.pop(entry.slab, None)
+            self._free.append(entry.slot)
+
+    def _evict(self) -> int | None:
+        while self._spare:
+            slab, _ = self._spare.popitem(last=False)
+            entry = self.entries.get(slab)
+            if entry is not None and entry.pins == 0:
+                return self._drop(entry)
+        while self._wanted:
+            neg_use, _, slab = heapq.heappop(self._wanted)
+            entry = self.entries.get(slab)
+            if entry is not None and entry.pins == 0 and entry.next_use == -neg_use:
+                return self._drop(entry)
+        return None
+
+    def _drop(self, entry: Slab) -> int:
+        del self.entries[entry.slab]
+        self.slab_to_slot[entry.slab] = -1
+        self.bad[entry.slab] = False
+        return entry.slot
+
+
+def allocate_arena(geom: ArrayGeometry, n_slots: int, path: str | None = None) -> np.ndarray:
+    """An uninitialised arena: pages are only committed as slots are written."""
+    shape = (n_slots * geom.chunk_len, *geom.sample_shape)
+    if path is None:
+        return np.empty(shape, dtype=geom.dtype)
+    mode = "r+" if _exists_with_size(path, int(np.prod(shape)) * geom.dtype.itemsize) else "w+"
+    return np.memmap(path, dtype=geom.dtype, mode=mode, shape=shape)
+
+
+def _exists_with_size(path: str, nbytes: int) -> bool:
+    import os
+
+    try:
+        return os.path.getsize(path) == nbytes
+    except OSError:
+        return False
+
+
+class ChunkPool:
+    """Per-array slot pools under one byte budget, shared by every view of a dataset."""
+
+    def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int) -> None:
+        self.arrays = arrays
+        self.budget_bytes = budget_bytes
+        self.peak_resident_bytes = 0
+        self.space_freed = asyncio.Event()  # created lazily on the loop; see attach_loop
+
+    @property
+    def capacity_bytes(self) -> int:
+        return sum(p.n_slots * p.geom.slab_nbytes for p in self.arrays.values())
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of slots holding (or loading) a slab."""
+        return sum(p.slots_in_use * p.geom.slab_nbytes for p in self.arrays.values())
+
+    def note_resident(self) -> None:
+        self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)
