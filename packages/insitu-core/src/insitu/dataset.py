@@ -83,7 +83,7 @@ class InSituDataset:
             store = open_store(store)
         self.store = store
         self.manifest = manifest
-        self.labels = _labels(store, geometries)
+        self.labels = _labels(store, geometries, manifest)
         self.batch_size = batch_size
         self.block_chunks = block_chunks
         self.seed = seed
@@ -361,8 +361,8 @@ def _consume(ds: InSituDataset, run: EpochRun) -> Iterator[Batch]:
 def _check_budget(ds: InSituDataset, plan: EpochPlan, run: EpochRun) -> None:
     """Refuse, with numbers, a budget that would stall the pipeline instead of hanging."""
     for path, apool in ds.pool.arrays.items():
-        need = plan.max_slots(path, 2)
-        others = sum(r.plan.max_slots(path, ds.readahead_blocks + 2) for r in ds._runs)
+        need = plan.max_slots(path, plan.batch_span)
+        others = sum(r.plan.max_slots(path, r.plan.batch_span + ds.readahead_blocks) for r in ds._runs)
         if need + others > apool.n_slots:
             g = apool.geom
             extra = " while another view is being iterated" if others else ""
@@ -379,10 +379,14 @@ def _positive(name: str, value: Any) -> None:
 
 
 def _labels(
-    store: Store, geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None
+    store: Store,
+    geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None,
+    manifest: SplitManifest,
 ) -> tuple[ArrayGeometry, ...]:
     if geometries is None:
-        geoms = list(open_geometries(store).values())
+        # Same sample axis as the manifest's array: by dimension name when it has one.
+        axis = manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis
+        geoms = list(open_geometries(store, sample_axis=axis).values())
     elif isinstance(geometries, Mapping):
         geoms = list(geometries.values())
     else:

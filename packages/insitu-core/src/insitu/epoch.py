@@ -143,8 +143,11 @@ class EpochRun:
         released = 0
         for k in range(plan.n_batches):
             lo, hi = plan.batch_bounds(k)
-            first, last = plan.block_of(lo), plan.block_of(hi - 1)
-            self._set_emitting(first)
+            last = plan.block_of(hi - 1)
+            # Wait for room in the consumer's queue before letting the producer read further ahead.
+            assert self.credits is not None
+            await self.credits.acquire()
+            self._set_emitting(last)
             while ready_upto <= last:
                 await self._block_ready[ready_upto]
                 pinned = self._pinned[ready_upto]
@@ -157,8 +160,6 @@ class EpochRun:
                         if e.ready.exception() is not None:
                             raise e.ready.exception()  # type: ignore[misc]
                 ready_upto += 1
-            assert self.credits is not None
-            await self.credits.acquire()
             anchors, idx = self._indices(lo, hi)
             loop = asyncio.get_running_loop()
             batch = await loop.run_in_executor(self.engine.gather_executor, self._gather, anchors, idx, k)

@@ -40,6 +40,18 @@ class EpochPlan:
         """Block holding anchor ``position`` of the epoch order."""
         return int(np.searchsorted(self.order.block_starts, position, side="right") - 1)
 
+    @property
+    def batch_span(self) -> int:
+        """Most blocks any one batch draws from (all must be resident together)."""
+        if self.n_batches == 0:
+            return 1
+        starts = np.arange(self.n_batches) * self.batch_size
+        ends = np.minimum(starts + self.batch_size, len(self.order.anchors)) - 1
+        bs = self.order.block_starts
+        first = np.searchsorted(bs, starts, side="right") - 1
+        last = np.searchsorted(bs, ends, side="right") - 1
+        return int((last - first).max()) + 1
+
     def max_slots(self, path: str, window: int) -> int:
         """Most distinct slabs of ``path`` pinned by any ``window`` consecutive blocks."""
         best = 0

@@ -33,6 +33,8 @@ class SplitManifest:
     sample_range: tuple[int, int]
     seed: int = 0
     contiguous: bool = True
+    sample_axis: int = 0
+    sample_dim: str | None = None  # dimension name of the sample axis, when the array has names
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -69,6 +71,8 @@ class SplitManifest:
                 "sample_range": list(self.sample_range),
                 "seed": self.seed,
                 "contiguous": self.contiguous,
+                "sample_axis": self.sample_axis,
+                "sample_dim": self.sample_dim,
                 "splits": {k: list(v) for k, v in self.splits.items()},
             },
             indent=1,
@@ -88,6 +92,8 @@ class SplitManifest:
             sample_range=(int(raw["sample_range"][0]), int(raw["sample_range"][1])),
             seed=int(raw["seed"]),
             contiguous=bool(raw["contiguous"]),
+            sample_axis=int(raw.get("sample_axis", 0)),
+            sample_dim=raw.get("sample_dim"),
         )
 
 
@@ -148,6 +154,8 @@ def split_by_chunk(
         sample_range=(lo, hi),
         seed=seed,
         contiguous=contiguous,
+        sample_axis=geom.sample_axis,
+        sample_dim=geom.dimension_names[geom.sample_axis] if geom.dimension_names else None,
     )
 
 
