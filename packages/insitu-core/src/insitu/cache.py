@@ -121,7 +121,6 @@ class PersistentCache:
                 )
             self._wipe()
             return {}
-        self.index_path.unlink()  # a live run owns the arenas until close() rewrites the index
         return {p: {int(s): (int(v[0]), int(v[1])) for s, v in ent.items()} for p, ent in doc["arrays"].items()}
 
     def _wipe(self) -> None:
@@ -156,6 +155,9 @@ class PersistentCache:
                 )
             apool.adopt({s: v[0] for s, v in usable.items() if checks[s]}, loop)
         pool.note_resident()
+        # From here this run owns the arenas: until close() rewrites the index, a crash
+        # leaves an empty cache rather than an index pointing at overwritten slots.
+        self.index_path.unlink(missing_ok=True)
 
     def save(self, pool: ChunkPool) -> None:
         """Flush arenas; with ``persist``, write the index of every ready slab."""

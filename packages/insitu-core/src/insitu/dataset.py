@@ -132,7 +132,12 @@ class InSituDataset:
             retry=retry or RetryPolicy(),
         )
         if self._cache is not None:
-            run_sync(self._cache.restore(self.pool, self._engine))
+            try:
+                run_sync(self._cache.restore(self.pool, self._engine))
+            except BaseException:
+                self._closed = True
+                self._engine.shutdown_threads()
+                raise
 
     # -- validation -----------------------------------------------------------
     def _anchor_range(self) -> tuple[int, int]:
