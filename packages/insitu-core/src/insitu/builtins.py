@@ -1,0 +1,22 @@
+"""Core's built-in plugin, registered through the same path as third-party plugins.
+
+It is listed in ``insitu.plugins.BUILTIN_PLUGINS``, so it loads even with
+``INSITU_DISABLE_PLUGIN_AUTOLOAD=1``.
+"""
+
+from __future__ import annotations
+
+from insitu.hookspecs import Register, hookimpl
+from insitu.stores import local_store, memory_store
+
+
+@hookimpl
+def insitu_register_stores(register: Register) -> None:
+    """Plain paths and ``file://`` URLs (LocalStore), and ``memory://name`` (MemoryStore)."""
+    # default=True: a plugin that also serves "file" never takes over local paths
+    # unless the user asks for it with open_store(..., backend=name).
+    register("local", local_store, schemes=("file", ""), default=True)
+    register("memory", memory_store, schemes=("memory",), default=True)
+
+
+# Built-in chunk decoders: the engine's `insitu_register_decoders` hookimpl goes here.

@@ -1,0 +1,108 @@
+"""Importing insitu and loading every plugin imports no framework; missing plugins name their package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+import insitu
+from insitu.exports import EXPORTS, resolve_export
+from insitu.hookspecs import ENTRY_POINT_GROUP
+from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, reset_registry
+from insitu.testing import temporary_plugin, write_plugin_distribution
+
+HEAVY_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "keras", "cupy", "kvikio")
+SRC = Path(insitu.__file__).resolve().parent.parent
+
+# A plugin written the recommended way: the framework import lives inside the
+# registered callable, so registering it costs nothing.
+LAZY_PLUGIN = """
+from insitu.hookspecs import hookimpl
+
+def as_fake_tensor(view):
+    import torch  # only when used
+    return torch
+
+@hookimpl
+def insitu_register_adapters(register):
+    register("as_fake_tensor", as_fake_tensor)
+"""
+
+PROBE = """
+import json, sys
+import insitu
+import insitu.exports, insitu.plugins, insitu.stores
+plugin_imported_by_import = {module!r} in sys.modules
+registry = insitu.plugins.get_registry()
+for kind in insitu.plugins.KINDS:
+    registry.entries(kind)
+print(json.dumps({{
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r}),
+    "plugins": list(registry.plugin_names),
+    "adapters": sorted(registry.adapters),
+    "plugin_imported_by_import": plugin_imported_by_import,
+}}))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+    monkeypatch.delenv(BLOCK_ENV, raising=False)
+    reset_registry()
+    yield
+    reset_registry()
+
+
+def test_import_and_loading_all_plugins_imports_no_framework(tmp_path: Path) -> None:
+    module = write_plugin_distribution(tmp_path / "site", "lazyframework", LAZY_PLUGIN)
+    env = {k: v for k, v in os.environ.items() if k not in (DISABLE_AUTOLOAD_ENV, BLOCK_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), str(SRC), *sys.path[1:]])
+    code = textwrap.dedent(PROBE).format(module=module, heavy=HEAVY_MODULES)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["heavy"] == [], f"importing insitu and its plugins imported {report['heavy']}"
+    assert "lazyframework" in report["plugins"], "the probe plugin must actually have been loaded"
+    assert "as_fake_tensor" in report["adapters"]
+    assert not report["plugin_imported_by_import"], "import insitu must not load plugins"
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_missing_plugin_for_root_name_names_the_package(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, "1")  # installed plugins must not mask the error
+    package = EXPORTS[name].package
+    with pytest.raises(ImportError, match=rf"insitu\.{name}.*pip install {package}"):
+        resolve_export(name)
+
+
+def test_unknown_root_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'not_a_thing'"):
+        resolve_export("not_a_thing")
+
+
+def test_installed_plugin_serves_the_root_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = """
+    from insitu.hookspecs import hookimpl
+
+    def as_torch(view):
+        return ("adapted", view)
+
+    @hookimpl
+    def insitu_register_adapters(register):
+        register("as_torch", as_torch)
+    """
+    # Block real plugins, so an installed insitu-torch cannot clash with the fake one.
+    monkeypatch.setenv(BLOCK_ENV, ",".join(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)))
+    with temporary_plugin(tmp_path, "fake_torch", source):
+        assert resolve_export("as_torch")("view") == ("adapted", "view")

@@ -1,0 +1,196 @@
+"""open_store: paths, file:// and memory:// URLs, plugin schemes, and its error messages."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, MemoryStore
+
+from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, PluginNotFoundError, reset_registry
+from insitu.stores import UnknownSchemeError, open_store
+from insitu.testing import temporary_plugin
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+    monkeypatch.delenv(BLOCK_ENV, raising=False)
+    reset_registry()
+    yield
+    reset_registry()
+
+
+def _write_group(store: Store) -> np.ndarray:
+    values = np.arange(12, dtype="int32").reshape(3, 4)
+    zarr.create_array(store, name="a", data=values, chunks=(2, 2))
+    return values
+
+
+def _read(store: Store) -> np.ndarray:
+    return np.asarray(zarr.open_array(store=store, path="a", mode="r")[...])
+
+
+@pytest.fixture
+def local_zarr(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    path = tmp_path / "data dir.zarr"
+    return path, _write_group(LocalStore(path))
+
+
+@pytest.mark.parametrize("form", ["str", "path", "file_url", "file_url_localhost", "file_url_quoted"])
+def test_local_forms_open_the_same_store(local_zarr: tuple[Path, np.ndarray], form: str) -> None:
+    path, values = local_zarr
+    url: Any = {
+        "str": str(path),
+        "path": path,
+        "file_url": f"file://{path}",
+        "file_url_localhost": f"file://localhost{path}",
+        "file_url_quoted": path.as_uri(),  # the space is percent-encoded
+    }[form]
+    store = open_store(url)
+    assert isinstance(store, LocalStore)
+    np.testing.assert_array_equal(_read(store), values)
+
+
+def test_relative_path_and_relative_file_url(
+    local_zarr: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, values = local_zarr
+    monkeypatch.chdir(path.parent)
+    np.testing.assert_array_equal(_read(open_store(path.name)), values)
+    np.testing.assert_array_equal(_read(open_store(f"file://{path.name}")), values)
+
+
+def test_local_store_is_read_only_by_default(local_zarr: tuple[Path, np.ndarray]) -> None:
+    path, _ = local_zarr
+    assert open_store(path).read_only
+    with pytest.raises(ValueError, match="read-only"):
+        zarr.create_array(open_store(path), name="b", shape=(2,), dtype="int8")
+
+
+def test_writable_mode_creates_a_missing_directory(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "out.zarr"
+    store = open_store(target, mode="w")
+    assert not store.read_only
+    values = _write_group(store)
+    np.testing.assert_array_equal(_read(open_store(f"file://{target}")), values)
+
+
+def test_store_instance_passes_through() -> None:
+    store = MemoryStore()
+    assert open_store(store) is store
+    assert open_store(store, mode="w") is store
+    with pytest.raises(ValueError, match="backend"):
+        open_store(store, backend="local")
+
+
+def test_memory_url_names_a_process_wide_store() -> None:
+    url = f"memory://{uuid.uuid4().hex}/nested"
+    values = _write_group(open_store(url, mode="w"))
+    again = open_store(url)
+    assert isinstance(again, MemoryStore)
+    assert again.read_only
+    np.testing.assert_array_equal(_read(again), values)
+    other = open_store(f"memory://{uuid.uuid4().hex}", mode="a")
+    assert asyncio.run(other.is_empty("")), "a new name starts empty"
+
+
+def test_unknown_memory_name_is_not_found() -> None:
+    name = f"memory://{uuid.uuid4().hex}"
+    with pytest.raises(FileNotFoundError, match=name):
+        open_store(name)
+
+
+def test_nonexistent_local_path_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.zarr"
+    with pytest.raises(FileNotFoundError, match=r"nope\.zarr") as info:
+        open_store(missing)
+    assert info.value.filename == str(missing)
+    with pytest.raises(FileNotFoundError, match=r"nope\.zarr"):
+        open_store(f"file://{missing}")
+
+
+def test_a_file_is_not_a_store(tmp_path: Path) -> None:
+    file = tmp_path / "data.nc"
+    file.write_bytes(b"\x89HDF")
+    with pytest.raises(NotADirectoryError, match=r"data\.nc"):
+        open_store(file)
+
+
+@pytest.mark.parametrize("url", ["", "://bucket/x", "3d://bucket/x", "s3://", "file://"])
+def test_malformed_url_raises_value_error_naming_it(url: str) -> None:
+    with pytest.raises(ValueError, match="malformed store URL") as info:
+        open_store(url)
+    assert repr(url) in str(info.value)
+
+
+def test_unknown_cloud_scheme_names_the_package_to_install() -> None:
+    with pytest.raises(UnknownSchemeError, match=r"'s3'.*pip install 'insitu-stores\[s3\]'") as info:
+        open_store("s3://bucket/era5.zarr")
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, KeyError)
+
+
+def test_unknown_scheme_lists_known_schemes_and_cloud_packages() -> None:
+    with pytest.raises(UnknownSchemeError) as info:
+        open_store("nosuch://x")
+    message = str(info.value)
+    assert "'nosuch'" in message
+    assert "'file', 'memory'" in message
+    assert "gcs: pip install 'insitu-stores[gcs]'" in message
+
+
+def test_unknown_backend_lists_registered_backends(local_zarr: tuple[Path, np.ndarray]) -> None:
+    path, _ = local_zarr
+    with pytest.raises(PluginNotFoundError, match=r"unknown store 'obstorex'.*'local', 'memory'"):
+        open_store(path, backend="obstorex")
+
+
+def test_invalid_mode_is_rejected(local_zarr: tuple[Path, np.ndarray]) -> None:
+    path, _ = local_zarr
+    with pytest.raises(ValueError, match="mode must be one of"):
+        open_store(path, mode="rw")
+
+
+RECORDING_PLUGIN = """
+from zarr.storage import MemoryStore
+from insitu.hookspecs import hookimpl
+
+CALLS = []
+
+def builder(url, **options):
+    CALLS.append((url, options))
+    return MemoryStore(read_only=options["read_only"])
+
+def not_a_store(url, **options):
+    return {"url": url}
+
+@hookimpl
+def insitu_register_stores(register):
+    register("recording", builder, schemes=("rec",))
+    register("broken", not_a_store, schemes=("broken",))
+"""
+
+
+def test_plugin_builder_receives_url_mode_and_options(tmp_path: Path) -> None:
+    with temporary_plugin(tmp_path, "recorder", RECORDING_PLUGIN) as module:
+        store = open_store("rec://bucket/x.zarr", anon=True)
+        assert store.read_only
+        open_store("REC://bucket/y.zarr", mode="a", region="eu")
+        open_store(tmp_path, backend="recording")
+        calls = sys.modules[module].CALLS
+        assert calls == [
+            ("rec://bucket/x.zarr", {"read_only": True, "anon": True}),
+            ("REC://bucket/y.zarr", {"read_only": False, "region": "eu"}),
+            (str(tmp_path), {"read_only": True}),
+        ]
+        with pytest.raises(TypeError, match="not a zarr Store"):
+            open_store("broken://x")
