@@ -29,7 +29,8 @@ def test_corrupt_chunk_raises_naming_array_and_key(tmp_path: Path) -> None:
         with pytest.raises(BadChunkError, match=r"array 'x', chunk 'x/c/2/0/0'") as info:
             for _ in ds.train:
                 pass
-        assert info.value.array == "x" and info.value.key == "x/c/2/0/0"
+        assert info.value.array == "x"
+        assert info.value.key == "x/c/2/0/0"
         # The dataset stays usable: a later epoch fails the same way rather than hanging.
         with pytest.raises(BadChunkError):
             for _ in ds.train:
@@ -72,9 +73,11 @@ def test_transient_errors_are_retried(tmp_path: Path) -> None:
 
 def test_permanent_errors_fail_fast(tmp_path: Path) -> None:
     store, _, manifest = _setup(tmp_path, fail={"x/c/0/0/0": PermissionError("403 Forbidden")})
-    with insitu.InSituDataset(store, manifest, batch_size=4) as ds:
-        with pytest.raises(BadChunkError, match="403 Forbidden"):
-            list(ds.train)
+    with (
+        insitu.InSituDataset(store, manifest, batch_size=4) as ds,
+        pytest.raises(BadChunkError, match="403 Forbidden"),
+    ):
+        list(ds.train)
     assert store.calls["x/c/0/0/0"] == 1
 
 

@@ -68,7 +68,10 @@ def test_unknown_variable_and_split(setup) -> None:
     store, geoms, manifest = setup
     with pytest.raises(ConfigError, match=r"unknown variable\(s\) \['t2m'\]"):
         insitu.open_geometries(store, variables=["t2m"])
-    with insitu.InSituDataset(store, manifest, [geoms["a"]]) as ds, pytest.raises(ConfigError, match="'test'"):
+    with (
+        insitu.InSituDataset(store, manifest, [geoms["a"]]) as ds,
+        pytest.raises(ConfigError, match="'test'"),
+    ):
         _ = ds.test
 
 
@@ -81,7 +84,7 @@ def test_duplicate_labels(setup) -> None:
 def test_unknown_scheme_and_missing_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="nosuch"):
         insitu.open_store("nosuch://bucket/x.zarr")
-    with pytest.raises(FileNotFoundError, match="missing.zarr"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.zarr"):
         insitu.open_store(str(tmp_path / "missing.zarr"))
 
 
@@ -100,7 +103,7 @@ def test_bad_sample_axis(setup) -> None:
 
 
 def test_manifest_json_round_trip_and_bad_json(setup) -> None:
-    _, geoms, manifest = setup
+    _, _geoms, manifest = setup
     again = insitu.SplitManifest.from_json(manifest.to_json())
     assert again == manifest
     with pytest.raises(ConfigError, match="not a split manifest"):

@@ -45,7 +45,7 @@ def test_every_sample_once_with_source_values(era5: tuple[Path, dict[str, np.nda
 
 
 def test_order_is_deterministic_for_seed_and_epoch(era5) -> None:
-    root, src = era5
+    root, _src = era5
     geoms = insitu.open_geometries(insitu.open_store(root))
     manifest = insitu.split_by_chunk(geoms["t2m"], (0.8, 0.2))
 
@@ -170,7 +170,8 @@ def test_sample_axis_by_dimension_name(tmp_path: Path) -> None:
     write_array(tmp_path, "img", vol, (2, 3, 5), dimension_names=("y", "x", "z"))
     store = insitu.open_store(tmp_path)
     geoms = insitu.open_geometries(store, sample_axis="z")
-    assert geoms["img"].sample_axis == 2 and geoms["img"].sample_shape == (4, 3)
+    assert geoms["img"].sample_axis == 2
+    assert geoms["img"].sample_shape == (4, 3)
     manifest = insitu.split_by_chunk(geoms["img"], (1.0,))
     with insitu.InSituDataset(store, manifest, batch_size=5) as ds:
         for b in ds.train:
@@ -239,7 +240,7 @@ def test_closed_dataset_refuses_iteration(era5) -> None:
 
 
 def test_rank_sharding_disjoint_and_equal(era5) -> None:
-    root, src = era5
+    root, _src = era5
     geoms = insitu.open_geometries(insitu.open_store(root))
     manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,))
     seen = []
@@ -253,6 +254,7 @@ def test_rank_sharding_disjoint_and_equal(era5) -> None:
             seen.append(np.concatenate(idx))
     assert len(set(counts)) == 1
     chunk_sets = [set((s // 4).tolist()) for s in seen]
-    assert not (chunk_sets[0] & chunk_sets[1]) and not (chunk_sets[1] & chunk_sets[2])
+    assert not (chunk_sets[0] & chunk_sets[1])
+    assert not (chunk_sets[1] & chunk_sets[2])
     allseen = np.concatenate(seen)
     assert len(allseen) == len(np.unique(allseen))

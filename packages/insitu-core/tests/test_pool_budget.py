@@ -44,8 +44,7 @@ def test_resident_bytes_never_exceed_budget(tmp_path: Path, block_chunks: int) -
             for b in ds.train:
                 np.testing.assert_array_equal(b["x"], data[b.sample_indices])
                 samples.append(ds.pool.resident_bytes)
-            for _ in ds.val:
-                samples.append(ds.pool.resident_bytes)
+            samples.extend(ds.pool.resident_bytes for _ in ds.val)
     finally:
         stop.set()
         watcher.join()

@@ -13,7 +13,9 @@ from insitu.splits import split_by_chunk
 
 
 def geom(n: int, c: int, offset: int = 0) -> ArrayGeometry:
-    return ArrayGeometry(name="x", path="x", shape=(n, 2), dtype=np.dtype("f4"), chunk_shape=(c, 2), offset=offset)
+    return ArrayGeometry(
+        name="x", path="x", shape=(n, 2), dtype=np.dtype("f4"), chunk_shape=(c, 2), offset=offset
+    )
 
 
 fractions = st.lists(st.integers(1, 10), min_size=1, max_size=3).map(lambda w: tuple(x / sum(w) for x in w))
@@ -57,7 +59,9 @@ def test_splits_are_disjoint_chunk_aligned_and_cover(layout, contiguous, seed) -
     st.booleans(),
     st.integers(1, 3),
 )
-def test_order_is_a_deterministic_permutation_of_the_split(layout, block_chunks, epoch, seed, shuffle, world) -> None:
+def test_order_is_a_deterministic_permutation_of_the_split(
+    layout, block_chunks, epoch, seed, shuffle, world
+) -> None:
     n, c, _ = layout
     m = split_by_chunk(geom(n, c), (1.0,))
     if world > -(-n // c):
@@ -83,7 +87,9 @@ def test_order_is_a_deterministic_permutation_of_the_split(layout, block_chunks,
 
 
 @settings(max_examples=100, deadline=None)
-@given(layouts(), st.integers(1, 5), st.integers(1, 9), st.integers(-5, 5), st.integers(1, 5), st.integers(0, 99))
+@given(
+    layouts(), st.integers(1, 5), st.integers(1, 9), st.integers(-5, 5), st.integers(1, 5), st.integers(0, 99)
+)
 def test_plan_covers_every_read_and_next_uses_are_exact(layout, block_chunks, batch, off, c2, seed) -> None:
     n, c, _ = layout
     a = geom(n, c)
@@ -92,7 +98,9 @@ def test_plan_covers_every_read_and_next_uses_are_exact(layout, block_chunks, ba
     if lo >= hi:
         return
     m = split_by_chunk(a, (1.0,))
-    order = epoch_order(m, "train", anchor_range=(lo, hi), epoch=0, seed=seed, shuffle=True, block_chunks=block_chunks)
+    order = epoch_order(
+        m, "train", anchor_range=(lo, hi), epoch=0, seed=seed, shuffle=True, block_chunks=block_chunks
+    )
     plan = plan_epoch(order, [a, b], batch, drop_last=False)
     for blk in range(order.n_blocks):
         anchors = order.block_anchors(blk)
@@ -101,6 +109,10 @@ def test_plan_covers_every_read_and_next_uses_are_exact(layout, block_chunks, ba
         for path in ("x", "y"):
             need = plan.needs[blk][path]
             for slab, nxt in zip(need.slabs.tolist(), need.next_use.tolist(), strict=True):
-                later = [j for j in range(blk + 1, order.n_blocks) if slab in set(plan.needs[j][path].slabs.tolist())]
+                later = [
+                    j
+                    for j in range(blk + 1, order.n_blocks)
+                    if slab in set(plan.needs[j][path].slabs.tolist())
+                ]
                 assert nxt == (later[0] if later else -1)
     assert plan.n_batches == -(-len(order.anchors) // batch)

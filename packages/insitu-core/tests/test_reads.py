@@ -18,7 +18,7 @@ def _chunk_keys(root: Path, name: str) -> set[str]:
 
 
 def test_each_chunk_read_once_per_epoch_with_windows_and_shared_splits(era5) -> None:
-    root, src = era5
+    root, _src = era5
     store = CountingStore(LocalStore(root, read_only=True))
     geoms = insitu.open_geometries(store)
     t, u = geoms["t2m"], geoms["u10"]

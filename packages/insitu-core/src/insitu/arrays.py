@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import zarr
@@ -12,7 +12,7 @@ from zarr.abc.store import Store
 from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry
 
-SampleAxis = Union[int, str]
+SampleAxis = int | str
 
 
 def open_geometries(
@@ -30,10 +30,7 @@ def open_geometries(
     dimension) is included; name 1-D arrays explicitly to read them.
     """
     node = _open_node(store, path)
-    if isinstance(node, zarr.Array):
-        members = {node.basename or "data": node}
-    else:
-        members = {name: arr for name, arr in node.arrays()}
+    members = {node.basename or "data": node} if isinstance(node, zarr.Array) else dict(node.arrays())
     if variables is not None:
         wanted = list(variables)
         missing = [v for v in wanted if v not in members]
@@ -47,29 +44,32 @@ def open_geometries(
 
     out: dict[str, ArrayGeometry] = {}
     for name, arr in chosen.items():
-        axis_spec = sample_axis[name] if isinstance(sample_axis, Mapping) and name in sample_axis else sample_axis
+        axis_spec = (
+            sample_axis[name] if isinstance(sample_axis, Mapping) and name in sample_axis else sample_axis
+        )
         if isinstance(axis_spec, Mapping):
             axis_spec = 0
         geom = _geometry_or_none(arr, name, axis_spec, explicit)
         if geom is not None:
             out[name] = geom
     if not out:
-        raise ConfigError(f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}")
+        raise ConfigError(
+            f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
+        )
     return out
 
 
 def _open_node(store: Store, path: str) -> zarr.Array | zarr.Group:
     try:
         return zarr.open(store=store, mode="r", path=path)
-    except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError) as exc:  # type: ignore[attr-defined]
+    except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError) as exc:
+        # zarr's NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4
         raise ConfigError(f"no Zarr array or group at {store!r} path {path!r}: {exc}") from exc
-    except Exception as exc:
-        if type(exc).__name__ in {"GroupNotFoundError", "ArrayNotFoundError", "NodeNotFoundError"}:
-            raise ConfigError(f"no Zarr array or group at {store!r} path {path!r}") from exc
-        raise
 
 
-def _geometry_or_none(arr: zarr.Array, name: str, axis_spec: SampleAxis, explicit: bool) -> ArrayGeometry | None:
+def _geometry_or_none(
+    arr: zarr.Array, name: str, axis_spec: SampleAxis, explicit: bool
+) -> ArrayGeometry | None:
     meta = arr.metadata.to_dict()
     dims = _dimension_names(arr, meta)
     dtype = np.dtype(arr.dtype)
@@ -96,7 +96,7 @@ def _geometry_or_none(arr: zarr.Array, name: str, axis_spec: SampleAxis, explici
         chunk_shape=tuple(arr.chunks),
         sample_axis=axis,
         fill_value=_scalar(arr.fill_value),
-        zarr_format=int(meta.get("zarr_format", 3)),
+        zarr_format=int(meta.get("zarr_format", 3)),  # type: ignore[arg-type]  # JSON value, an int here
         shard_shape=tuple(shards) if shards is not None else None,
         dimension_names=dims,
         metadata=meta,
@@ -107,7 +107,7 @@ def _dimension_names(arr: zarr.Array, meta: Mapping[str, Any]) -> tuple[str | No
     names = meta.get("dimension_names")
     if names is None:
         names = arr.attrs.get("_ARRAY_DIMENSIONS")  # xarray's convention for Zarr v2
-    return tuple(names) if names is not None else None
+    return tuple(names) if names is not None else None  # type: ignore[arg-type]  # a JSON list of names
 
 
 def _scalar(value: Any) -> Any:

@@ -29,7 +29,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 from insitu.errors import StaleCacheError
 from insitu.geometry import ArrayGeometry
-from insitu.pool import ChunkPool
+from insitu.pool import READY, ChunkPool
 
 FORMAT = "insitu.cache/1"
 INDEX = "index.json"
@@ -49,7 +49,9 @@ def store_identity(store: Store) -> str:
     if isinstance(store, MemoryStore):
         return f"memory:{id(store._store_dict)}"
     inner = getattr(store, "_store", None) or getattr(store, "store", None)
-    if isinstance(inner, (LocalStore, MemoryStore)) or (inner is not None and hasattr(inner, "insitu_identity")):
+    if isinstance(inner, (LocalStore, MemoryStore)) or (
+        inner is not None and hasattr(inner, "insitu_identity")
+    ):
         return store_identity(inner)
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
 
@@ -98,7 +100,9 @@ class PersistentCache:
         if self.persist:
             self._adopt = self._read_index(rebuild=persist == "rebuild")
         tag = self.fingerprint[:16] if self.persist else f"tmp-{os.getpid()}-{id(self):x}"
-        self.files = {p: self.dir / f"arena-{tag}-{hashlib.sha1(p.encode()).hexdigest()[:12]}.bin" for p in arrays}
+        self.files = {
+            p: self.dir / f"arena-{tag}-{hashlib.sha1(p.encode()).hexdigest()[:12]}.bin" for p in arrays
+        }
         self.arenas = {p: self._map(self.files[p], g, slots[p]) for p, g in arrays.items()}
         self.rebuild = persist == "rebuild"
 
@@ -111,8 +115,10 @@ class PersistentCache:
         except (OSError, ValueError) as exc:
             doc, ok = {}, False
             if not rebuild:
-                raise StaleCacheError(f"cache index {self.index_path} is unreadable ({exc}); "
-                                      "pass persist='rebuild' to start afresh") from exc
+                raise StaleCacheError(
+                    f"cache index {self.index_path} is unreadable ({exc}); "
+                    "pass persist='rebuild' to start afresh"
+                ) from exc
         if not ok or doc.get("fingerprint") != self.fingerprint:
             if not rebuild:
                 raise StaleCacheError(
@@ -121,7 +127,9 @@ class PersistentCache:
                 )
             self._wipe()
             return {}
-        return {p: {int(s): (int(v[0]), int(v[1])) for s, v in ent.items()} for p, ent in doc["arrays"].items()}
+        return {
+            p: {int(s): (int(v[0]), int(v[1])) for s, v in ent.items()} for p, ent in doc["arrays"].items()
+        }
 
     def _wipe(self) -> None:
         for f in self.dir.glob("arena-*.bin"):
@@ -153,7 +161,7 @@ class PersistentCache:
                     f"cached chunk row(s) {bad[:5]} of array {path!r} in {self.dir} are corrupted; "
                     "pass persist='rebuild' to drop them"
                 )
-            apool.adopt({s: v[0] for s, v in usable.items() if checks[s]}, loop)
+            apool.adopt({s: v[0] for s, v in usable.items() if checks[s]})
         pool.note_resident()
         # From here this run owns the arenas: until close() rewrites the index, a crash
         # leaves an empty cache rather than an index pointing at overwritten slots.
@@ -172,8 +180,8 @@ class PersistentCache:
         for path, apool in pool.arrays.items():
             ent = {}
             for slab, e in apool.entries.items():
-                if e.ready.done() and e.ready.exception() is None and not e.bad:
-                    ent[str(slab)] = [e.slot, zlib.crc32(apool.view(e.slot))]
+                if e.state == READY and not e.bad:
+                    ent[str(slab)] = [e.slot, _crc(apool.view(e.slot))]
             arrays[path] = ent
         tmp = self.index_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "arrays": arrays}))
@@ -181,4 +189,8 @@ class PersistentCache:
 
 
 def _verify(apool: Any, entries: Mapping[int, tuple[int, int]]) -> dict[int, bool]:
-    return {slab: zlib.crc32(apool.view(slot)) == crc for slab, (slot, crc) in entries.items()}
+    return {slab: _crc(apool.view(slot)) == crc for slab, (slot, crc) in entries.items()}
+
+
+def _crc(arr: np.ndarray) -> int:
+    return zlib.crc32(arr.reshape(-1).view(np.uint8).data)

@@ -11,7 +11,7 @@ reads that array through zarr's public API instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numcodecs
@@ -43,18 +43,10 @@ class ChunkDecoder:
     transpose: tuple[int, ...] | None = None  # stored axis order (v3 transpose codec)
     order: str = "C"
 
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self.storage_dtype.newbyteorder("=")
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.chunk_shape, dtype=np.int64)) * self.storage_dtype.itemsize
-
-    @property
-    def decodes_into(self) -> bool:
-        """True when :meth:`decode` with ``out`` needs no intermediate copy."""
-        return (
+    def __post_init__(self) -> None:
+        # Derived once: decode() runs per chunk and must not redo this work.
+        nbytes = int(np.prod(self.chunk_shape, dtype=np.int64)) * self.storage_dtype.itemsize
+        into = (
             len(self.bytes_codecs) <= 1
             and not self.array_codecs
             and self.transpose is None
@@ -62,6 +54,13 @@ class ChunkDecoder:
             and self.storage_dtype.isnative
             and all(getattr(c, "codec_id", "") in _DECODE_INTO for c in self.bytes_codecs)
         )
+        object.__setattr__(self, "nbytes", nbytes)
+        object.__setattr__(self, "decodes_into", into)
+        object.__setattr__(self, "dtype", self.storage_dtype.newbyteorder("="))
+
+    nbytes: int = field(init=False)
+    decodes_into: bool = field(init=False)  # decode(out=...) needs no intermediate copy
+    dtype: np.dtype[Any] = field(init=False)  # the native dtype decode() returns
 
     def decode(self, raw: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Decode ``raw`` (bytes-like). With ``out`` (C-contiguous, native dtype,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from zarr.abc.store import Store
 
 from insitu.arrays import open_geometries
 from insitu.batch import Batch
+from insitu.epoch import END, BatchTransform, EpochRun
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.fetch import RetryPolicy
 from insitu.geometry import ArrayGeometry
@@ -23,7 +25,6 @@ from insitu.plan import EpochPlan, plan_epoch
 from insitu.pool import ArrayPool, ChunkPool, allocate_arena
 from insitu.scheduler import BAD_CHUNK_POLICIES, ChunkTransform, Engine
 from insitu.splits import SplitManifest
-from insitu.epoch import END, BatchTransform, EpochRun
 
 DEFAULT_CACHE_BUDGET = 1 << 30  # 1 GiB: residency for a few blocks plus a useful cache
 
@@ -220,6 +221,7 @@ class InSituDataset:
                     block_chunks=self.block_chunks,
                     rank=self.rank,
                     world_size=self.world_size,
+                    first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
                 )
                 plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last)
                 if len(self._plans) > 8:
@@ -357,10 +359,8 @@ def _consume(ds: InSituDataset, run: EpochRun) -> Iterator[Batch]:
     finally:
         ds._runs.discard(run)
         loop.call_soon_threadsafe(run.cancel)
-        try:
+        with contextlib.suppress(concurrent.futures.CancelledError, Exception):
             cfut.result(timeout=60)
-        except (concurrent.futures.CancelledError, Exception):
-            pass
 
 
 def _check_budget(ds: InSituDataset, plan: EpochPlan, run: EpochRun) -> None:
@@ -409,7 +409,9 @@ def _labels(
     for g in geoms:
         other = by_path.setdefault(g.path, g)
         if other.sample_axis != g.sample_axis:
-            raise ConfigError(f"labels {other.label!r} and {g.label!r} read {g.path!r} with different sample axes")
+            raise ConfigError(
+                f"labels {other.label!r} and {g.label!r} read {g.path!r} with different sample axes"
+            )
     return tuple(geoms)
 
 
@@ -450,5 +452,3 @@ def _slots_per_array(
                 f"chunk row and gets a share of {int(share)}"
             )
     return slots
-
-

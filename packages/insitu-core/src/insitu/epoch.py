@@ -26,7 +26,7 @@ import numpy as np
 from insitu.batch import Batch
 from insitu.geometry import ArrayGeometry
 from insitu.plan import EpochPlan
-from insitu.pool import Slab
+from insitu.pool import FAILED, READY, BlockWaiter, Slab
 from insitu.scheduler import Engine
 
 BatchTransform = Callable[[Batch], Batch]
@@ -60,10 +60,11 @@ class EpochRun:
         self.skip_bad = skip_bad
         self.out: queue.Queue[Any] = queue.Queue()
         self.credits: asyncio.Semaphore | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[Any] | None = None
         n = plan.order.n_blocks
         self._pinned: list[dict[str, list[Slab]] | None] = [None] * n
         self._block_ready: list[asyncio.Future[None]] = []
+        self._block_waiter: list[BlockWaiter | None] = [None] * n
         self._emitting = 0
         self._advanced: asyncio.Future[None] | None = None
 
@@ -79,7 +80,7 @@ class EpochRun:
     # -- loop side ----------------------------------------------------------
     async def main(self) -> None:
         loop = asyncio.get_running_loop()
-        self.task = asyncio.current_task()  # type: ignore[assignment]
+        self.task = asyncio.current_task()
         self.credits = asyncio.Semaphore(self.prefetch)
         self._block_ready = [loop.create_future() for _ in range(self.plan.order.n_blocks)]
         producer = loop.create_task(self._produce())
@@ -98,43 +99,60 @@ class EpochRun:
 
     async def _produce(self) -> None:
         engine = self.engine
+        loop = asyncio.get_running_loop()
         for b in range(self.plan.order.n_blocks):
             while b > self._emitting + self.readahead:
-                self._advanced = asyncio.get_running_loop().create_future()
+                self._advanced = loop.create_future()
                 await self._advanced
             pinned: dict[str, list[Slab]] = {}
             self._pinned[b] = pinned
             for path, need in self.plan.needs[b].items():
                 apool = engine.pool.arrays[path]
-                entries: list[Slab | None] = []
-                # Pin what is resident first, so reserving slots cannot evict it.
-                for s in need.slabs.tolist():
+                slabs = need.slabs.tolist()
+                held: list[Slab] = []
+                pinned[path] = held
+                missing = []
+                # Pin what is resident (or loading) first, so reserving slots cannot evict it.
+                for s in slabs:
                     e = apool.get(s)
-                    if e is not None:
+                    if e is None:
+                        missing.append(s)
+                    else:
                         apool.pin(e)
-                        engine.stats.slab_hits += 1
-                    entries.append(e)
-                pinned[path] = [e for e in entries if e is not None]
+                        held.append(e)
+                engine.stats.slab_hits += len(held)
                 fresh: list[Slab] = []
-                for i, s in enumerate(need.slabs.tolist()):
-                    if entries[i] is not None:
-                        continue
+                for s in missing:
                     e = apool.get(s)  # another run may have started loading it meanwhile
                     if e is not None:
                         apool.pin(e)
                     else:
-                        while (e := apool.reserve(s, asyncio.get_running_loop())) is None:
+                        while (e := apool.reserve(s)) is None:
                             if fresh:  # let what is reserved start loading while we wait
                                 engine.load(path, fresh)
                                 fresh = []
                             await engine.wait_space()
                         apool.pin(e)
                         fresh.append(e)
-                    entries[i] = e
-                    pinned[path].append(e)
+                    held.append(e)
                 if fresh:
                     engine.load(path, fresh)
+            self._block_waiter[b] = self._waiter_for(pinned, loop)
             self._block_ready[b].set_result(None)
+
+    @staticmethod
+    def _waiter_for(pinned: dict[str, list[Slab]], loop: asyncio.AbstractEventLoop) -> BlockWaiter | None:
+        """One waiter for every slab of the block that is not ready yet (None: all ready)."""
+        loading = [e for es in pinned.values() for e in es if e.state != READY]
+        if not loading:
+            return None
+        waiter = BlockWaiter(loop.create_future(), len(loading))
+        for e in loading:
+            if e.state == FAILED:
+                waiter.slab_done(e)
+            else:
+                e.waiters.append(waiter)
+        return waiter
 
     async def _emit(self) -> None:
         plan = self.plan
@@ -150,15 +168,9 @@ class EpochRun:
             self._set_emitting(last)
             while ready_upto <= last:
                 await self._block_ready[ready_upto]
-                pinned = self._pinned[ready_upto]
-                assert pinned is not None
-                waits = [e.ready for es in pinned.values() for e in es if not e.ready.done()]
-                if waits:
-                    await asyncio.gather(*waits)
-                for es in pinned.values():
-                    for e in es:
-                        if e.ready.exception() is not None:
-                            raise e.ready.exception()  # type: ignore[misc]
+                waiter = self._block_waiter[ready_upto]
+                if waiter is not None:
+                    await waiter.future
                 ready_upto += 1
             anchors, idx = self._indices(lo, hi)
             loop = asyncio.get_running_loop()
@@ -203,7 +215,7 @@ class EpochRun:
         pools = self.engine.pool.arrays
         for g in self.labels:
             arena = pools[g.path].arena
-            out = np.empty((len(anchors), *g.sample_shape), dtype=g.dtype)
+            out = self.engine.buffers.empty((len(anchors), *g.sample_shape), g.dtype)
             np.take(arena, idx[g.label], axis=0, out=out, mode="clip")  # 'clip': no extra buffering
             data[g.label] = out
             reads[g.label] = anchors + g.offset

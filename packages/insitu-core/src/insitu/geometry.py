@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -44,11 +45,15 @@ class ArrayGeometry:
         if ndim == 0:
             raise ConfigError(f"array {self.path!r} is zero-dimensional; it has no sample axis")
         if not -ndim <= self.sample_axis < ndim:
-            raise ConfigError(f"sample_axis={self.sample_axis} is out of range for array {self.path!r} with {ndim} dims")
+            raise ConfigError(
+                f"sample_axis={self.sample_axis} is out of range for array {self.path!r} with {ndim} dims"
+            )
         if self.sample_axis < 0:
             object.__setattr__(self, "sample_axis", self.sample_axis + ndim)
         if len(self.chunk_shape) != ndim:
-            raise ConfigError(f"array {self.path!r}: chunk shape {self.chunk_shape} does not match shape {self.shape}")
+            raise ConfigError(
+                f"array {self.path!r}: chunk shape {self.chunk_shape} does not match shape {self.shape}"
+            )
 
     # -- labels and windows -------------------------------------------------
     @property
@@ -67,37 +72,37 @@ class ArrayGeometry:
         return replace(self, sample_axis=axis)
 
     # -- derived sizes ------------------------------------------------------
-    @property
+    @cached_property
     def n_samples(self) -> int:
         """Length of the sample axis."""
         return self.shape[self.sample_axis]
 
-    @property
+    @cached_property
     def sample_shape(self) -> tuple[int, ...]:
         """Shape of one sample: the array shape without the sample axis."""
         return self.shape[: self.sample_axis] + self.shape[self.sample_axis + 1 :]
 
-    @property
+    @cached_property  # read per chunk by the engine; the geometry is immutable
     def chunk_len(self) -> int:
         """Samples per decoded chunk (inner chunk for sharded arrays)."""
         return self.chunk_shape[self.sample_axis]
 
-    @property
+    @cached_property
     def n_slabs(self) -> int:
         """Number of chunk indices along the sample axis."""
         return math.ceil(self.n_samples / self.chunk_len)
 
-    @property
+    @cached_property
     def slab_shape(self) -> tuple[int, ...]:
         """Shape of one decoded slab, sample axis first."""
         return (self.chunk_len, *self.sample_shape)
 
-    @property
+    @cached_property
     def sample_nbytes(self) -> int:
         """Bytes of one decoded sample."""
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
 
-    @property
+    @cached_property
     def slab_nbytes(self) -> int:
         """Bytes of one decoded slab (the pool's slot size for this array)."""
         return self.chunk_len * self.sample_nbytes

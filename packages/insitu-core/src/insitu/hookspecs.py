@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-
 import pluggy
 
 PROJECT_NAME = "insitu"
@@ -82,4 +81,3 @@ def _spec_names() -> tuple[str, ...]:
 HOOK_NAMES: tuple[str, ...] = _spec_names()
 
 __all__ = ["ENTRY_POINT_GROUP", "HOOK_NAMES", "PROJECT_NAME", "Register", "hookimpl", "hookspec"]
-

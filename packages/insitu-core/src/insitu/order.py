@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.random
 
 from insitu.errors import ConfigError
 from insitu.splits import SplitManifest
@@ -58,6 +59,7 @@ def epoch_order(
     block_chunks: int,
     rank: int = 0,
     world_size: int = 1,
+    first_block_chunks: int | None = None,
 ) -> EpochOrder:
     """Order the samples of ``split`` for ``epoch``.
 
@@ -66,6 +68,11 @@ def epoch_order(
     chunk of the shared permutation (no chunk is read by two ranks) and all
     ranks truncate to the shortest rank's sample count, so every rank yields
     the same number of samples.
+
+    ``first_block_chunks`` shortens the first block (blocks then double up to
+    ``block_chunks``), so the first batch waits for a batch's worth of chunks
+    rather than a whole block: time to first batch stays small whatever
+    ``block_chunks`` is.
     """
     if block_chunks < 1:
         raise ConfigError(f"block_chunks must be >= 1, got {block_chunks}")
@@ -94,8 +101,8 @@ def epoch_order(
     starts = [0]
     groups: list[tuple[int, ...]] = []
     total = 0
-    for b0 in range(0, len(mine), block_chunks):
-        idx = mine[b0 : b0 + block_chunks]
+    for b0, b1 in _block_bounds(len(mine), block_chunks, first_block_chunks):
+        idx = mine[b0:b1]
         block = np.concatenate([per_chunk[i] for i in idx])
         if shuffle:
             block = block[rng.permutation(len(block))]
@@ -113,3 +120,15 @@ def epoch_order(
 
 def _clip(samples: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return samples[(samples >= lo) & (samples < hi)]
+
+
+def _block_bounds(n: int, block_chunks: int, first: int | None) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each block over ``n`` chunks, ramping up from ``first``."""
+    size = block_chunks if first is None else max(1, min(first, block_chunks))
+    out = []
+    start = 0
+    while start < n:
+        out.append((start, min(n, start + size)))
+        start += size
+        size = min(block_chunks, size * 2)
+    return out

@@ -57,7 +57,7 @@ class EpochPlan:
         best = 0
         for b in range(len(self.needs)):
             parts = [self.needs[j][path].slabs for j in range(b, min(b + window, len(self.needs)))]
-            best = max(best, len(np.unique(np.concatenate(parts))) if parts else 0)
+            best = max(best, len(sorted_unique(np.concatenate(parts))) if parts else 0)
         return best
 
 
@@ -78,7 +78,7 @@ def plan_epoch(
         anchors = order.block_anchors(b)
         per_block.append(
             {
-                path: np.unique(np.concatenate([(anchors + g.offset) // g.chunk_len for g in geoms]))
+                path: sorted_unique(np.concatenate([(anchors + g.offset) // g.chunk_len for g in geoms]))
                 for path, geoms in by_path.items()
             }
         )
@@ -87,6 +87,14 @@ def plan_epoch(
     for b, blk in enumerate(per_block):
         needs.append({path: BlockNeeds(slabs, next_uses[path][b]) for path, slabs in blk.items()})
     return EpochPlan(order, batch_size, n_batches, tuple(needs))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` for 1-D integers, without its first-call import of ``numpy.ma`` (~20 ms)."""
+    s = np.sort(values)
+    if len(s) < 2:
+        return s
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
 
 
 def _next_uses(blocks: Sequence[np.ndarray]) -> list[np.ndarray]:

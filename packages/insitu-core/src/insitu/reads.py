@@ -43,10 +43,14 @@ class Read:
 class ArrayReader:
     """Knows how the slabs of one array are stored, and how to put them in slots."""
 
-    def __init__(self, geom: ArrayGeometry, coalesce_gap: int = 64 * 1024, max_read: int = 32 * 2**20) -> None:
+    def __init__(
+        self, geom: ArrayGeometry, coalesce_gap: int = 64 * 1024, max_read: int = 32 * 2**20
+    ) -> None:
         self.geom = geom
         meta = geom.metadata
-        self.decoder: ChunkDecoder = decoder_for(inner_metadata(meta) if geom.is_sharded else meta, geom.chunk_shape)
+        self.decoder: ChunkDecoder = decoder_for(
+            inner_metadata(meta) if geom.is_sharded else meta, geom.chunk_shape
+        )
         self.key = chunk_key_encoder(meta, geom.path)
         self.grid = tuple(math.ceil(s / c) for s, c in zip(geom.shape, geom.chunk_shape, strict=True))
         self.coalesce_gap = coalesce_gap
@@ -55,13 +59,16 @@ class ArrayReader:
         other = [range(g) for d, g in enumerate(self.grid) if d != ax]
         self._others = list(itertools.product(*other))  # chunk coords of one slab, sample axis left out
         self.chunks_per_slab = len(self._others)
+        self._full_slabs = geom.n_samples // geom.chunk_len  # slabs before this index hold chunk_len rows
         # A slab that is exactly one chunk with the sample axis first decodes straight into its slot.
         self.whole_slab = (
             ax == 0 and self.chunks_per_slab == 1 and tuple(geom.chunk_shape[1:]) == tuple(geom.shape[1:])
         )
         if geom.is_sharded:
             assert geom.shard_shape is not None
-            self.inner_per_shard = tuple(s // c for s, c in zip(geom.shard_shape, geom.chunk_shape, strict=True))
+            self.inner_per_shard = tuple(
+                s // c for s, c in zip(geom.shard_shape, geom.chunk_shape, strict=True)
+            )
             self.index_decoder = decoder_for(index_metadata(meta), (*self.inner_per_shard, 2))
             sharding = next(c for c in meta["codecs"] if c["name"] == "sharding_indexed")["configuration"]
             self.index_at_end = sharding.get("index_location", "end") == "end"
@@ -71,7 +78,7 @@ class ArrayReader:
     def slab_chunks(self, slab: int) -> list[tuple[int, ...]]:
         """Chunk grid coordinates making up one slab."""
         ax = self.geom.sample_axis
-        return [o[:ax] + (slab,) + o[ax:] for o in self._others]
+        return [(*o[:ax], slab, *o[ax:]) for o in self._others]
 
     def rows_in_slab(self, slab: int) -> int:
         """Valid samples in ``slab`` (the last one may be short)."""
@@ -81,11 +88,11 @@ class ArrayReader:
     # -- unsharded ----------------------------------------------------------
     def reads(self, slabs: Iterable[int]) -> list[tuple[int, Read]]:
         """Whole-object reads for an unsharded array: ``[(slab, read)]``."""
-        out = []
-        for s in slabs:
-            for coords in self.slab_chunks(s):
-                out.append((s, Read(self.key(coords), None, (Piece(coords, 0, None),))))
-        return out
+        return [
+            (s, Read(self.key(coords), None, (Piece(coords, 0, None),)))
+            for s in slabs
+            for coords in self.slab_chunks(s)
+        ]
 
     # -- sharded ------------------------------------------------------------
     def shards_of(self, slabs: Iterable[int]) -> dict[tuple[int, ...], list[tuple[int, tuple[int, ...]]]]:
@@ -161,8 +168,7 @@ class ArrayReader:
     # -- placing decoded chunks ---------------------------------------------
     def place(self, coords: tuple[int, ...], raw: Any, slot_view: np.ndarray) -> None:
         """Decode one chunk's bytes into its region of a slab slot."""
-        slab = coords[self.geom.sample_axis]
-        if self.whole_slab and self.rows_in_slab(slab) == self.geom.chunk_len:
+        if self.whole_slab and coords[0] < self._full_slabs:
             self.decoder.decode(raw, out=slot_view)
             return
         self._assign(coords, self.decoder.decode(raw), slot_view)

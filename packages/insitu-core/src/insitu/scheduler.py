@@ -20,11 +20,12 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from insitu.buffers import BufferPool
 from insitu.codecs import UnsupportedCodec
 from insitu.errors import BadChunkError
 from insitu.fetch import ChunkFetcher, RetryPolicy
 from insitu.geometry import ArrayGeometry
-from insitu.jobs import CallJob, DecodeJob, DecodePump
+from insitu.jobs import CallJob, DecodeJob, DecodePump, ReadItem
 from insitu.pool import ArrayPool, ChunkPool, Slab
 from insitu.reads import ArrayReader, Piece, Read
 
@@ -81,6 +82,8 @@ class Engine:
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-decode")
         self.gather_executor = ThreadPoolExecutor(1, thread_name_prefix="insitu-gather")
         self.pump = DecodePump(loop, self.executor, decode_threads)
+        self.buffers = BufferPool()
+        self.max_items_per_job = 8
         self.inflight = asyncio.Semaphore(max_inflight)
         self.on_bad_chunk = on_bad_chunk
         self.chunk_transforms = chunk_transforms
@@ -110,52 +113,60 @@ class Engine:
         reader = self.readers[path]
         if reader is None:
             for e in entries:
-                e.meta["pending"] = 1
+                e.pending = 1
                 self._spawn(self._load_via_zarr(path, apool, e))
             return
         for e in entries:
-            e.meta["pending"] = reader.chunks_per_slab
+            e.pending = reader.chunks_per_slab
         by_slab = {e.slab: e for e in entries}
         if reader.geom.is_sharded:
             for shard, wanted in reader.shards_of(by_slab).items():
                 self._spawn(self._load_shard(path, reader, apool, shard, wanted, by_slab))
             return
-        for slab, read in reader.reads(by_slab):
-            self._dispatch(path, reader, apool, read, [by_slab[slab]] * len(read.pieces))
+        items = [
+            ReadItem(
+                read, [by_slab[slab]] * len(read.pieces), [apool.view(by_slab[slab].slot)] * len(read.pieces)
+            )
+            for slab, read in reader.reads(by_slab)
+        ]
+        self._dispatch(path, reader, apool, items)
 
-    def _dispatch(self, path: str, reader: ArrayReader, apool: ArrayPool, read: Read, targets: list[Slab]) -> None:
-        if self.fetcher.reads_files:
-            self.stats.reads += 1
-            self.pump.submit(self._job(path, reader, apool, read, targets, local=True))
-        else:
-            self._spawn(self._fetch_then_decode(path, reader, apool, read, targets))
+    def _dispatch(self, path: str, reader: ArrayReader, apool: ArrayPool, items: list[ReadItem]) -> None:
+        """Local files: read and decode in workers, several reads per job. Else: fetch each on the loop."""
+        if not self.fetcher.reads_files:
+            for item in items:
+                self._spawn(self._fetch_then_decode(path, reader, apool, item))
+            return
+        self.stats.reads += len(items)
+        # Enough jobs to occupy every thread, few enough that one loop-to-thread hop
+        # (and one completion callback) serves several chunks.
+        per_job = max(1, min(self.max_items_per_job, -(-len(items) // self.pump.threads)))
+        for i in range(0, len(items), per_job):
+            self.pump.submit(self._job(path, reader, apool, items[i : i + per_job], local=True))
 
     def _job(
-        self, path: str, reader: ArrayReader, apool: ArrayPool, read: Read, targets: list[Slab], *, local: bool = False
+        self, path: str, reader: ArrayReader, apool: ArrayPool, items: list[ReadItem], *, local: bool = False
     ) -> DecodeJob:
-        views = [apool.view(t.slot) for t in targets]
         return DecodeJob(
             reader,
-            read,
-            views,
-            on_done=lambda job, res: self._pieces_done(path, apool, job, targets, res),
+            items,
+            on_done=lambda job, results: self._job_done(path, apool, job, results),
             local=self.fetcher if local else None,
             fill_on_error=self._error_fill(reader.geom),
         )
 
     async def _fetch_then_decode(
-        self, path: str, reader: ArrayReader, apool: ArrayPool, read: Read, targets: list[Slab]
+        self, path: str, reader: ArrayReader, apool: ArrayPool, item: ReadItem
     ) -> None:
+        read = item.read
         try:
             async with self.inflight:
                 self.stats.reads += 1
-                raw = await self.fetcher.get(read.key, read.byte_range)
+                item.raw = await self.fetcher.get(read.key, read.byte_range)
         except Exception as exc:
-            self._fail_pieces(path, apool, read, targets, exc)
+            self._fail_pieces(path, apool, item, exc)
             return
-        job = self._job(path, reader, apool, read, targets)
-        job.raw = raw
-        self.pump.submit(job)
+        self.pump.submit(self._job(path, reader, apool, [item]))
 
     async def _load_shard(
         self,
@@ -170,18 +181,26 @@ class Engine:
             index = await self._get_shard_index(path, reader, shard)
         except Exception as exc:
             for slab, coords in wanted:
-                fake = Read(reader.shard_key(shard), None, (Piece(coords, 0, None),))
-                self._fail_pieces(path, apool, fake, [by_slab[slab]], exc)
+                read = Read(reader.shard_key(shard), None, (Piece(coords, 0, None),))
+                self._fail_pieces(path, apool, self._item(apool, read, [by_slab[slab]]), exc)
             return
         reads, missing = reader.coalesced_reads(shard, index, wanted)
-        if missing:
+        if missing:  # absent inner chunks: a job with no bytes writes the fill value
             fill = Read(reader.shard_key(shard), None, tuple(Piece(c, 0, None) for _, c in missing))
-            job = self._job(path, reader, apool, fill, [by_slab[s] for s, _ in missing])
-            self.pump.submit(job)  # raw=None: fill value
-        for slabs, read in reads:
-            self._dispatch(path, reader, apool, read, [by_slab[s] for s in slabs])
+            self.pump.submit(
+                self._job(path, reader, apool, [self._item(apool, fill, [by_slab[s] for s, _ in missing])])
+            )
+        items = [self._item(apool, read, [by_slab[s] for s in slabs]) for slabs, read in reads]
+        if items:
+            self._dispatch(path, reader, apool, items)
 
-    async def _get_shard_index(self, path: str, reader: ArrayReader, shard: tuple[int, ...]) -> np.ndarray | None:
+    @staticmethod
+    def _item(apool: ArrayPool, read: Read, targets: list[Slab]) -> ReadItem:
+        return ReadItem(read, targets, [apool.view(t.slot) for t in targets])
+
+    async def _get_shard_index(
+        self, path: str, reader: ArrayReader, shard: tuple[int, ...]
+    ) -> np.ndarray | None:
         key = (path, shard)
         fut = self._shard_index.get(key)
         if fut is None:
@@ -216,79 +235,83 @@ class Engine:
             async with self.inflight:
                 data = await arr.getitem(region)
         except Exception as exc:
-            self._finish_slab(path, apool, entry, BadChunkError(path, f"samples {lo}:{hi}", repr(exc)))
+            self._piece_done(path, apool, entry, BadChunkError(path, f"samples {lo}:{hi}", repr(exc)))
             return
         view = apool.view(entry.slot)
 
         def place() -> None:
             view[: hi - lo] = np.moveaxis(np.asarray(data), g.sample_axis, 0)
 
+        def done(res: Any) -> None:
+            err = _error_or_none(res)
+            self._piece_done(
+                path,
+                apool,
+                entry,
+                None if err is None else BadChunkError(path, f"samples {lo}:{hi}", repr(err)),
+            )
+
         self.stats.chunks_decoded += 1
-        self.pump.submit(CallJob(place, lambda res: self._finish_slab(path, apool, entry, _error_or_none(res))))
+        self.pump.submit(CallJob(place, done))
 
     # -- completion ----------------------------------------------------------
-    def _pieces_done(self, path: str, apool: ArrayPool, job: DecodeJob, targets: list[Slab], result: Any) -> None:
-        if isinstance(result, BaseException):
-            errors: list[BaseException | None] = [result] * len(targets)
-            nbytes, missing = 0, False
-        else:
-            nbytes, errors, missing = result
-        self.stats.bytes_read += nbytes
-        if missing:
-            self.stats.missing_chunks += len(targets)
-        for piece, entry, err in zip(job.read.pieces, targets, errors, strict=True):
-            if err is None:
-                if not missing:
-                    self.stats.chunks_decoded += 1
-                self._piece_done(path, apool, entry, None)
-            else:
-                self._piece_done(path, apool, entry, BadChunkError(path, self._piece_key(job.read, piece), repr(err)))
+    def _job_done(self, path: str, apool: ArrayPool, job: DecodeJob, results: Any) -> None:
+        stats = self.stats
+        for item, (nbytes, errors, missing) in zip(job.items, results, strict=True):
+            stats.bytes_read += nbytes
+            if missing:
+                stats.missing_chunks += len(item.targets)
+            for piece, entry, err in zip(item.read.pieces, item.targets, errors, strict=True):
+                if err is None:
+                    if not missing:
+                        stats.chunks_decoded += 1
+                    self._piece_done(path, apool, entry, None)
+                else:
+                    self._piece_done(
+                        path, apool, entry, BadChunkError(path, _piece_key(item.read, piece), repr(err))
+                    )
 
-    @staticmethod
-    def _piece_key(read: Read, piece: Piece) -> str:
-        return read.key if read.byte_range is None else f"{read.key} (inner chunk {piece.coords})"
-
-    def _fail_pieces(self, path: str, apool: ArrayPool, read: Read, targets: list[Slab], exc: BaseException) -> None:
+    def _fail_pieces(self, path: str, apool: ArrayPool, item: ReadItem, exc: BaseException) -> None:
         reader = self.readers[path]
         fill = self._error_fill(apool.geom)
-        for piece, entry in zip(read.pieces, targets, strict=True):
+        for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
             if fill is not None and reader is not None:
-                reader.fill(piece.coords, fill, apool.view(entry.slot))
-            self._piece_done(path, apool, entry, BadChunkError(path, self._piece_key(read, piece), repr(exc)))
+                reader.fill(piece.coords, fill, view)
+            self._piece_done(path, apool, entry, BadChunkError(path, _piece_key(item.read, piece), repr(exc)))
 
     def _piece_done(self, path: str, apool: ArrayPool, entry: Slab, error: BadChunkError | None) -> None:
         if error is not None:
             if self.on_bad_chunk == "raise":
-                entry.meta.setdefault("error", error)
+                if entry.error is None:
+                    entry.error = error
             else:
                 self.stats.bad_chunks += 1
                 entry.bad = True
-        entry.meta["pending"] -= 1
-        if entry.meta["pending"] == 0:
-            self._finish_slab(path, apool, entry, entry.meta.pop("error", None))
+        entry.pending -= 1
+        if entry.pending == 0:
+            self._finish_slab(path, apool, entry, entry.error)
 
     def _finish_slab(self, path: str, apool: ArrayPool, entry: Slab, error: BaseException | None) -> None:
-        transforms = self.chunk_transforms.get(apool.geom.name, ())
-        if error is None and transforms and not entry.meta.get("transformed"):
-            entry.meta["transformed"] = True
+        transforms = self.chunk_transforms.get(apool.geom.name)
+        if error is None and transforms and not entry.transformed:
+            entry.transformed = True
             rows = min(apool.geom.chunk_len, apool.geom.n_samples - entry.slab * apool.geom.chunk_len)
-            view = apool.view(entry.slot)[:rows]
-            fn = _transform_fn(apool.geom.name, transforms, view)
-            self.pump.submit(CallJob(fn, lambda res: self._finish_slab(path, apool, entry, _error_or_none(res))))
+            fn = _transform_fn(apool.geom.name, transforms, apool.view(entry.slot)[:rows])
+            self.pump.submit(
+                CallJob(fn, lambda res: self._finish_slab(path, apool, entry, _error_or_none(res)))
+            )
             return
         if error is not None:
             apool.discard(entry)
-            if not entry.ready.done():
-                entry.ready.set_exception(error)
-                entry.ready.exception()  # mark retrieved: waiters re-raise it themselves
         else:
             self.stats.slabs_loaded += 1
             apool.mark_ready(entry)
-            apool.bad[entry.slab] = entry.bad
-            if not entry.ready.done():
-                entry.ready.set_result(None)
+            if entry.bad:
+                apool.bad[entry.slab] = True
+        entry.finish(error)
         apool.unpin(entry, None)  # the load pin
-        self.notify_space()
+        if self._space_waiters:
+            self.notify_space()
 
     def _error_fill(self, geom: ArrayGeometry) -> Any:
         if self.on_bad_chunk == "raise":
@@ -302,6 +325,7 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
+        self.pump.close()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -309,6 +333,10 @@ class Engine:
     def shutdown_threads(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=False)
         self.gather_executor.shutdown(wait=True)
+
+
+def _piece_key(read: Read, piece: Piece) -> str:
+    return read.key if read.byte_range is None else f"{read.key} (inner chunk {piece.coords})"
 
 
 def _error_or_none(result: Any) -> BaseException | None:

@@ -144,7 +144,8 @@ def split_by_chunk(
         chunk_ids = np.random.default_rng(seed).permutation(chunk_ids)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     splits = {
-        name: tuple(int(x) for x in np.sort(chunk_ids[bounds[i] : bounds[i + 1]])) for i, name in enumerate(names)
+        name: tuple(int(x) for x in np.sort(chunk_ids[bounds[i] : bounds[i + 1]]))
+        for i, name in enumerate(names)
     }
     return SplitManifest(
         label=geom.label,

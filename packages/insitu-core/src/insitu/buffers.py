@@ -1,0 +1,68 @@
+"""Recycled output buffers for batches.
+
+Every batch owns its arrays: a user may keep them, hand them to torch with
+``from_numpy``, or append them to a list. But a fresh multi-megabyte
+allocation per batch is a fresh ``mmap`` whose pages all fault on first
+write, which costs as much kernel time as the copy itself. So a batch array
+is a plain ndarray over a small *lease* object that exports the memory of a
+pooled ``bytearray``: when the last array (or tensor, or view) using a lease
+is garbage-collected, the lease's finaliser returns the bytearray, still
+mapped and faulted in, to a free list for a later batch of the same size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+_MIN_POOLED = 1 << 20  # smaller arrays: malloc already reuses them without page faults
+
+
+class BufferPool:
+    """Free lists of equally sized buffers, at most ``max_free`` kept per size."""
+
+    def __init__(self, max_free: int = 8) -> None:
+        self.max_free = max_free
+        self._free: dict[int, list[bytearray]] = {}
+        self._lease_types: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """An uninitialised C-contiguous array whose memory is recycled after use."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < _MIN_POOLED:
+            return np.empty(shape, dtype=dtype)
+        with self._lock:
+            free = self._free.get(nbytes)
+            mem = free.pop() if free else None
+            lease_type = self._lease_types.get(nbytes)
+            if lease_type is None:
+                lease_type = self._lease_types[nbytes] = _lease_type(nbytes, self)
+        if mem is None:
+            mem = bytearray(nbytes)
+        lease = lease_type.from_buffer(mem)
+        lease.mem = mem  # the finaliser hands this back
+        return np.frombuffer(lease, dtype=dtype).reshape(shape)
+
+    def give_back(self, mem: bytearray) -> None:
+        with self._lock:
+            free = self._free.setdefault(len(mem), [])
+            if len(free) < self.max_free:
+                free.append(mem)
+
+
+def _lease_type(nbytes: int, pool: BufferPool) -> Any:
+    """A ctypes array type over ``nbytes`` whose instances return their memory on deletion.
+
+    ctypes arrays export the buffer protocol on every supported Python, and
+    ``from_buffer`` shares the bytearray's memory, so the lease is what numpy
+    keeps alive and the pooled bytearray itself is never finalised.
+    """
+
+    def __del__(self: Any) -> None:
+        pool.give_back(self.mem)
+
+    return type(f"_Lease{nbytes}", (ctypes.c_char * nbytes,), {"__del__": __del__})
