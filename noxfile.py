@@ -1,0 +1,161 @@
+"""Sessions for the insitu monorepo: one isolated virtualenv per package / framework.
+
+`nox -l` lists them; `nox -t tests` runs every test session; `nox -s tests-torch -- -k loss`
+passes arguments after `--` to pytest (or to the script, for demo and bench).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+# A missing interpreter (python3.12 on a machine without it) skips that session instead of
+# failing it, CI included (nox errors on missing interpreters by default when CI is set).
+nox.options.error_on_missing_interpreters = False
+# Sessions run offline-capable: never fetch an interpreter from the network.
+nox.options.download_python = "never"
+# Framework wheels are large (torch, tensorflow-cpu, jax): reinstalling them on every run costs
+# minutes. Local packages are installed editable, so reused venvs still see source changes.
+# `nox --reuse-venv=no` forces fresh environments.
+nox.options.reuse_venv = "yes"
+
+ROOT = Path(__file__).parent
+
+# Pinned so lint and type results only change when we bump them.
+RUFF = "ruff==0.17.6"
+MYPY = "mypy==2.4.1"
+# pip (not uv) installs torch: with the machine's pip configuration it takes the local CPU wheel,
+# where uv would resolve the multi-GB CUDA build from the index.
+TORCH = "torch==2.13.0"
+# tensorflow-cpu rather than tensorflow: no CUDA runtime to download, same API.
+TENSORFLOW = "tensorflow-cpu>=2.16"
+
+# A hung test fails after 5 minutes instead of eating the CI budget.
+PYTEST_ARGS = ("-p", "no:cacheprovider", "--timeout=300")
+IMPORT_NAMES = {
+    "insitu-core": "insitu",
+    "insitu-stores": "insitu_stores",
+    "insitu-transforms": "insitu_transforms",
+    "insitu-torch": "insitu_torch",
+    "insitu-jax": "insitu_jax",
+    "insitu-tf": "insitu_tf",
+    "insitu-gpu": "insitu_gpu",
+}
+
+
+def _editable(*specs: str) -> list[str]:
+    """`-e` arguments for local packages, e.g. `insitu-torch[test]`."""
+    args: list[str] = []
+    for spec in specs:
+        args += ["-e", f"packages/{spec}"]
+    return args
+
+
+def _pytest(session: nox.Session, package: str) -> None:
+    """Run one package's tests from the repo root (root pyproject.toml holds the pytest config)."""
+    # Exit code 5 (no tests collected) is legitimate only when the caller narrowed the selection
+    # (`nox -t tests -- -k name` matches tests in one package, none in the others). Without
+    # arguments, a package that collects nothing is a broken package and must fail.
+    success_codes = [0, 5] if session.posargs else [0]
+    # Paths among the arguments replace the package's test folder (`-- path/to/test_x.py`).
+    given_paths = [arg for arg in session.posargs if not arg.startswith("-") and Path(arg).exists()]
+    targets = [] if given_paths else [f"packages/{package}/tests"]
+    session.run("pytest", *targets, *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+
+
+@nox.session(name="tests-core", python=["3.11", "3.12"], venv_backend="uv", tags=["tests"])
+def tests_core(session: nox.Session) -> None:
+    """insitu-core (numpy, zarr, pluggy only) on every supported Python found on this machine."""
+    session.install(*_editable("insitu-core[test]"))
+    _pytest(session, "insitu-core")
+
+
+@nox.session(name="tests-stores", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_stores(session: nox.Session) -> None:
+    """insitu-stores: obstore and fsspec store builders, local-file round trips."""
+    session.install(*_editable("insitu-core[test]", "insitu-stores[fsspec,test]"))
+    _pytest(session, "insitu-stores")
+
+
+@nox.session(name="tests-transforms", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_transforms(session: nox.Session) -> None:
+    """insitu-transforms: StandardScaler and chunk transforms."""
+    session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"))
+    _pytest(session, "insitu-transforms")
+
+
+@nox.session(name="tests-torch", python="3.11", venv_backend="venv", tags=["tests"])
+def tests_torch(session: nox.Session) -> None:
+    """insitu-torch against the CPU torch wheel (plain venv + pip, see TORCH)."""
+    session.install(TORCH)
+    session.install(*_editable("insitu-core[test]", "insitu-torch[test]"))
+    _pytest(session, "insitu-torch")
+
+
+@nox.session(name="tests-jax", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_jax(session: nox.Session) -> None:
+    """insitu-jax on CPU jax."""
+    session.env["JAX_PLATFORMS"] = "cpu"  # skip the accelerator probe and its warnings
+    session.install(*_editable("insitu-core[test]", "insitu-jax[jax,test]"))
+    _pytest(session, "insitu-jax")
+
+
+@nox.session(name="tests-tf", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_tf(session: nox.Session) -> None:
+    """insitu-tf on tensorflow-cpu."""
+    session.env["TF_CPP_MIN_LOG_LEVEL"] = "2"  # keep C++ start-up chatter out of test logs
+    session.install(TENSORFLOW)
+    session.install(*_editable("insitu-core[test]", "insitu-tf[test]"))
+    _pytest(session, "insitu-tf")
+
+
+@nox.session(name="tests-gpu", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_gpu(session: nox.Session) -> None:
+    """insitu-gpu registration and its error without CuPy (GPU tests skip without a device)."""
+    session.install(*_editable("insitu-core[test]", "insitu-gpu[test]"))
+    _pytest(session, "insitu-gpu")
+
+
+@nox.session(python="3.11", venv_backend="uv")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install(RUFF)
+    session.run("ruff", "check", ".", *session.posargs)
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11", venv_backend="uv")
+def types(session: nox.Session) -> None:
+    """mypy (config in the root pyproject.toml) on every package's src and the examples."""
+    # Plugins without their frameworks: mypy sees torch/jax/tf as Any (see the root config).
+    extras = {"insitu-core": "[test]", "insitu-stores": "[fsspec]"}
+    session.install(MYPY, *_editable(*(name + extras.get(name, "") for name in IMPORT_NAMES)))
+    packages = [arg for name in IMPORT_NAMES.values() for arg in ("-p", name)]
+    session.run("mypy", *packages, *session.posargs)
+    session.run("mypy", "examples", *session.posargs)
+
+
+@nox.session(python="3.11", venv_backend="uv")
+def demo(session: nox.Session) -> None:
+    """Build a synthetic ERA5-like store and train a small model on it in place (numpy)."""
+    session.install(*_editable("insitu-core"))
+    session.run("python", "examples/train_era5.py", "--framework", "numpy", *session.posargs)
+
+
+@nox.session(name="demo-torch", python="3.11", venv_backend="venv", default=False)
+def demo_torch(session: nox.Session) -> None:
+    """The demo, training through insitu-torch and a torch DataLoader."""
+    session.install(TORCH)
+    session.install(*_editable("insitu-core", "insitu-torch"))
+    session.run("python", "examples/train_era5.py", "--framework", "torch", *session.posargs)
+
+
+@nox.session(python="3.11", venv_backend="uv", default=False)
+def bench(session: nox.Session) -> None:
+    """Throughput benchmarks (bench/run.py); results go to bench/results/."""
+    script = ROOT / "bench" / "run.py"
+    if not script.exists():
+        session.skip("bench/run.py does not exist yet")
+    session.install(*_editable("insitu-core[test]", "insitu-stores"))
+    session.run("python", str(script.relative_to(ROOT)), *session.posargs)

@@ -1,0 +1,12 @@
+"""insitu plugin: registers the CuPy device (CuPy itself loads when the device is built)."""
+
+from __future__ import annotations
+
+from insitu.hookspecs import Register, hookimpl
+from insitu_gpu.device import cupy_device
+
+
+@hookimpl
+def insitu_register_devices(register: Register) -> None:
+    """``cupy``: ``cupy_device(device_id=0)`` builds a ``CupyDevice``."""
+    register("cupy", cupy_device)

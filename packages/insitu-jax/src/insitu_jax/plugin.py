@@ -1,0 +1,13 @@
+"""insitu plugin: registers the JAX adapters (jax itself loads on first call)."""
+
+from __future__ import annotations
+
+from insitu.hookspecs import Register, hookimpl
+from insitu_jax.adapter import jax_iterator, to_jax
+
+
+@hookimpl
+def insitu_register_adapters(register: Register) -> None:
+    """``to_jax`` (batch -> device arrays) and ``jax_iterator`` (view -> prefetching iterator)."""
+    register("to_jax", to_jax)
+    register("jax_iterator", jax_iterator)

@@ -1,0 +1,74 @@
+"""Chunk transforms: applied once per decoded block, before it enters the pool and the cache.
+
+Each is a callable ``(label, block) -> block`` (the block has the sample axis
+first) with a ``fingerprint()`` that the cache keys include, so changing a
+transform never serves blocks made by the old one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+
+def _labels(labels: Iterable[str] | None) -> frozenset[str] | None:
+    return None if labels is None else frozenset(labels)
+
+
+@dataclass(frozen=True, init=False)
+class Cast:
+    """Convert blocks to ``dtype`` (for example float16 to halve pool memory, or float32 for a
+    model that wants it). ``labels`` limits it to some labels; by default it applies to all."""
+
+    dtype: np.dtype
+    labels: frozenset[str] | None = None
+
+    def __init__(self, dtype: DTypeLike, labels: Iterable[str] | None = None) -> None:
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "labels", _labels(labels))
+
+    def __call__(self, label: str, block: np.ndarray) -> np.ndarray:
+        if self.labels is not None and label not in self.labels:
+            return block
+        return block.astype(self.dtype, copy=False)
+
+    def fingerprint(self) -> str:
+        """``Cast(<dtype>;<labels>)``, stable across runs."""
+        labels = "*" if self.labels is None else ",".join(sorted(self.labels))
+        return f"Cast({self.dtype.str};{labels})"
+
+
+@dataclass(frozen=True, init=False)
+class NanToNum:
+    """Replace NaN with ``fill`` (ocean-only or land-only fields carry NaN where undefined,
+    and one NaN poisons a whole gradient). Blocks without NaN are returned as they are;
+    integer blocks cannot hold NaN and pass through."""
+
+    fill: float
+    labels: frozenset[str] | None = None
+
+    def __init__(self, fill: float = 0.0, labels: Iterable[str] | None = None) -> None:
+        object.__setattr__(self, "fill", float(fill))
+        object.__setattr__(self, "labels", _labels(labels))
+
+    def __call__(self, label: str, block: np.ndarray) -> np.ndarray:
+        if self.labels is not None and label not in self.labels:
+            return block
+        if not np.issubdtype(block.dtype, np.inexact):
+            return block
+        missing = np.isnan(block)
+        if not missing.any():
+            return block
+        # A new array rather than writing in place: the block may be shared with a cache tier.
+        return np.where(missing, block.dtype.type(self.fill), block)
+
+    def fingerprint(self) -> str:
+        """``NanToNum(<fill>;<labels>)``, stable across runs."""
+        labels = "*" if self.labels is None else ",".join(sorted(self.labels))
+        return f"NanToNum({self.fill!r};{labels})"
+
+
+__all__ = ["Cast", "NanToNum"]

@@ -1,0 +1,15 @@
+"""insitu plugin: registers the transforms by class name."""
+
+from __future__ import annotations
+
+from insitu.hookspecs import Register, hookimpl
+from insitu_transforms.chunk import Cast, NanToNum
+from insitu_transforms.scaler import StandardScaler
+
+
+@hookimpl
+def insitu_register_transforms(register: Register) -> None:
+    """``StandardScaler`` (batch transform), ``Cast`` and ``NanToNum`` (chunk transforms)."""
+    register("StandardScaler", StandardScaler)
+    register("Cast", Cast)
+    register("NanToNum", NanToNum)
