@@ -24,13 +24,6 @@ class TestObstoreConformance(StoreConformance):
     def open_read_store(self, target: Store) -> Store:
         return obstore_store((self.tmp_path / "ref").as_uri())
 
-    # zarr 3.1's ObjectStore.list_dir starts obstore's async listing when called, so it needs a
-    # running loop; the kit calls it outside one. Strict: this flips to a failure once the kit
-    # builds its iterators on its loop, and the override should then go.
-    @pytest.mark.xfail(strict=True, raises=RuntimeError, reason="kit calls list_dir outside its event loop")
-    def test_lists_keys(self) -> None:
-        super().test_lists_keys()
-
 
 class TestFsspecConformance(StoreConformance):
     def writable_target(self) -> Store:

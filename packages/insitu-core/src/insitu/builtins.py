@@ -19,4 +19,9 @@ def insitu_register_stores(register: Register) -> None:
     register("memory", memory_store, schemes=("memory",), default=True)
 
 
-# Built-in chunk decoders: the engine's `insitu_register_decoders` hookimpl goes here.
+@hookimpl
+def insitu_register_decoders(register: Register) -> None:
+    """Direct numcodecs decoding into pool slots (arrays with other codecs are read through zarr)."""
+    from insitu.codecs import numcodecs_decoder
+
+    register("numcodecs", numcodecs_decoder)

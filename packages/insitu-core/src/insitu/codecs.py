@@ -112,6 +112,15 @@ def decoder_for(metadata: Mapping[str, Any], chunk_shape: Sequence[int]) -> Chun
     return _decoder_v3(metadata, tuple(chunk_shape))
 
 
+def numcodecs_decoder(geom: Any) -> ChunkDecoder | None:
+    """Decoder factory registered as ``"numcodecs"``: None when the codecs are not all known."""
+    try:
+        meta = inner_metadata(geom.metadata) if geom.is_sharded else geom.metadata
+        return decoder_for(meta, geom.chunk_shape)
+    except UnsupportedCodec:
+        return None
+
+
 def inner_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata a sharded array's inner chunks are encoded with."""
     sharding = _sharding_config(metadata)

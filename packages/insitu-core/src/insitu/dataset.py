@@ -61,6 +61,7 @@ class InSituDataset:
         decode_threads: int | None = None,
         readahead_blocks: int = 2,
         retry: RetryPolicy | None = None,
+        decoders: Sequence[str] | None = None,
     ) -> None:
         _positive("batch_size", batch_size)
         _positive("block_chunks", block_chunks)
@@ -131,6 +132,7 @@ class InSituDataset:
             on_bad_chunk=on_bad_chunk,
             chunk_transforms=transforms,
             retry=retry or RetryPolicy(),
+            decoders=decoders,
         )
         if self._cache is not None:
             try:

@@ -44,13 +44,17 @@ class ArrayReader:
     """Knows how the slabs of one array are stored, and how to put them in slots."""
 
     def __init__(
-        self, geom: ArrayGeometry, coalesce_gap: int = 64 * 1024, max_read: int = 32 * 2**20
+        self,
+        geom: ArrayGeometry,
+        decoder: ChunkDecoder | None = None,
+        coalesce_gap: int = 64 * 1024,
+        max_read: int = 32 * 2**20,
     ) -> None:
         self.geom = geom
         meta = geom.metadata
-        self.decoder: ChunkDecoder = decoder_for(
-            inner_metadata(meta) if geom.is_sharded else meta, geom.chunk_shape
-        )
+        if decoder is None:
+            decoder = decoder_for(inner_metadata(meta) if geom.is_sharded else meta, geom.chunk_shape)
+        self.decoder = decoder
         self.key = chunk_key_encoder(meta, geom.path)
         self.grid = tuple(math.ceil(s / c) for s, c in zip(geom.shape, geom.chunk_shape, strict=True))
         self.coalesce_gap = coalesce_gap

@@ -22,7 +22,7 @@ from zarr.abc.store import Store
 
 from insitu.buffers import BufferPool
 from insitu.codecs import UnsupportedCodec
-from insitu.errors import BadChunkError
+from insitu.errors import BadChunkError, ConfigError
 from insitu.fetch import ChunkFetcher, RetryPolicy
 from insitu.geometry import ArrayGeometry
 from insitu.jobs import CallJob, DecodeJob, DecodePump, ReadItem
@@ -67,17 +67,15 @@ class Engine:
         on_bad_chunk: str,
         chunk_transforms: Mapping[str, Sequence[ChunkTransform]],
         retry: RetryPolicy,
+        decoders: Sequence[str] | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
         self.loop = loop
         self.fetcher = ChunkFetcher(store, retry)
-        self.readers: dict[str, ArrayReader | None] = {}
-        for path, g in geoms.items():
-            try:
-                self.readers[path] = ArrayReader(g)
-            except (UnsupportedCodec, ValueError):
-                self.readers[path] = None  # read through zarr's own pipeline
+        self.readers: dict[str, ArrayReader | None] = {
+            path: _reader_for(g, decoders) for path, g in geoms.items()
+        }
         self.geoms = dict(geoms)
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-decode")
         self.gather_executor = ThreadPoolExecutor(1, thread_name_prefix="insitu-gather")
@@ -333,6 +331,26 @@ class Engine:
     def shutdown_threads(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=False)
         self.gather_executor.shutdown(wait=True)
+
+
+def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
+    """The first registered decoder (in ``decoders`` order, default: all) that handles
+    this array's codecs; None means zarr's own pipeline reads it."""
+    from insitu.plugins import get_registry
+
+    registered = get_registry().decoders
+    for name in decoders if decoders is not None else registered:
+        decoder = registered[name](geom) if name in registered else _unknown_decoder(name, registered)
+        if decoder is not None:
+            try:
+                return ArrayReader(geom, decoder)
+            except (UnsupportedCodec, ValueError):  # e.g. a shard index codec we cannot read
+                return None
+    return None
+
+
+def _unknown_decoder(name: str, registered: Mapping[str, Any]) -> Any:
+    raise ConfigError(f"unknown decoder {name!r}; registered decoders: {sorted(registered)}")
 
 
 def _piece_key(read: Read, piece: Piece) -> str:
