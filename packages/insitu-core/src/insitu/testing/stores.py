@@ -180,8 +180,8 @@ class StoreConformance:
         if not ref.store.supports_listing:
             pytest.skip("the store does not support listing")
         for prefix in ("v3/", "v2/"):
-            want = _aio.run(_collect(lambda p=prefix: ref.target.list_prefix(p)))
-            got = _aio.run(_collect(lambda p=prefix: ref.store.list_prefix(p)))
+            want = _aio.run(_collect(functools.partial(ref.target.list_prefix, prefix)))
+            got = _aio.run(_collect(functools.partial(ref.store.list_prefix, prefix)))
             assert got == want, f"list_prefix({prefix!r})"
         assert _aio.run(_collect(lambda: ref.store.list_dir("v3"))) == {"zarr.json", "dense", "sharded"}
         everything = _aio.run(_collect(ref.store.list))
