@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
-from zarr.core.buffer import default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, asyncio.TimeoutError)
