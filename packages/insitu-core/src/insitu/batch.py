@@ -24,6 +24,7 @@ class Batch(Mapping[str, np.ndarray]):
     split: str = ""
     epoch: int = 0
     index: int = 0
+    valid: np.ndarray | None = None  # with uneven="pad": False for padding rows; None: all rows real
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.data[label]
@@ -41,7 +42,9 @@ class Batch(Mapping[str, np.ndarray]):
 
     def replace(self, data: Mapping[str, np.ndarray]) -> Batch:
         """A copy of this batch with new arrays (used by batch transforms)."""
-        return Batch(dict(data), self.sample_indices, self.read_indices, self.split, self.epoch, self.index)
+        return Batch(
+            dict(data), self.sample_indices, self.read_indices, self.split, self.epoch, self.index, self.valid
+        )
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self.data.items())

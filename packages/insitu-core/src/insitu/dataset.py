@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
 import os
 import queue
 import threading
@@ -26,6 +27,7 @@ from insitu.pool import ArrayPool, ChunkPool, allocate_arena
 from insitu.scheduler import BAD_CHUNK_POLICIES, ChunkTransform, Engine
 from insitu.splits import SplitManifest
 
+STATE_FORMAT = "insitu.ViewState/1"
 DEFAULT_CACHE_BUDGET = 1 << 30  # 1 GiB: residency for a few blocks plus a useful cache
 
 
@@ -58,6 +60,7 @@ class InSituDataset:
         batch_transforms: Sequence[BatchTransform] = (),
         rank: int = 0,
         world_size: int = 1,
+        uneven: str = "drop",
         decode_threads: int | None = None,
         readahead_blocks: int = 2,
         retry: RetryPolicy | None = None,
@@ -70,10 +73,9 @@ class InSituDataset:
         _positive("readahead_blocks", readahead_blocks)
         if on_bad_chunk not in BAD_CHUNK_POLICIES:
             raise ConfigError(f"on_bad_chunk={on_bad_chunk!r}; expected one of {BAD_CHUNK_POLICIES}")
-        if not isinstance(world_size, int) or world_size < 1:
-            raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ConfigError(f"rank={rank!r} must be in [0, world_size={world_size})")
+        _check_rank(rank, world_size)
+        if uneven not in ("drop", "pad"):
+            raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
         if persist and cache_dir is None:
             raise ConfigError("persist=True needs a cache_dir to keep decoded chunks in")
         if persist not in (False, True, "rebuild"):
@@ -94,6 +96,9 @@ class InSituDataset:
         self.drop_last = drop_last
         self.rank = rank
         self.world_size = world_size
+        self.uneven = uneven
+        self._progress: dict[tuple[str, int, int], tuple[int, int]] = {}  # view key -> (epoch, batches done)
+        self._resume: dict[tuple[str, int, int], tuple[int, int]] = {}  # view key -> (epoch, first batch)
         self.readahead_blocks = readahead_blocks
         self.on_bad_chunk = on_bad_chunk
         self.batch_transforms = tuple(batch_transforms)
@@ -169,11 +174,16 @@ class InSituDataset:
                 )
 
     # -- views ------------------------------------------------------------------
-    def view(self, split: str) -> DatasetView:
-        """The view of one split (``"all"``: every split, in order)."""
+    def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
+        """The view of one split (``"all"``: every split, in order), optionally for one rank."""
         if split != "all":
             self.manifest.chunks(split)  # raises for an unknown split
-        return DatasetView(self, split, shuffle=self.shuffle and split == "train")
+        rank = self.rank if rank is None else rank
+        world_size = self.world_size if world_size is None else world_size
+        _check_rank(rank, world_size)
+        return DatasetView(
+            self, split, shuffle=self.shuffle and split == "train", rank=rank, world_size=world_size
+        )
 
     @property
     def train(self) -> DatasetView:
@@ -206,10 +216,12 @@ class InSituDataset:
             raise ConfigError(f"epoch must be a non-negative integer, got {epoch!r}")
         self._epoch = int(epoch)
 
-    def plan(self, split: str, shuffle: bool, epoch: int | None = None) -> EpochPlan:
-        """The read plan of ``split`` for ``epoch`` (default: the current one)."""
+    def plan(
+        self, split: str, shuffle: bool, epoch: int | None = None, *, rank: int = 0, world_size: int = 1
+    ) -> EpochPlan:
+        """The read plan of ``split`` for ``epoch`` (default: the current one) on one rank."""
         epoch = self._epoch if epoch is None else epoch
-        key = (f"{split}:{int(shuffle)}", epoch)
+        key = (f"{split}:{int(shuffle)}:{rank}/{world_size}", epoch)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
@@ -221,8 +233,9 @@ class InSituDataset:
                     seed=self.seed,
                     shuffle=shuffle,
                     block_chunks=self.block_chunks,
-                    rank=self.rank,
-                    world_size=self.world_size,
+                    rank=rank,
+                    world_size=world_size,
+                    uneven=self.uneven,
                     first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
                 )
                 plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last)
@@ -274,12 +287,24 @@ class InSituDataset:
 
 
 class DatasetView:
-    """One split of a dataset. Iterate for batches; ``len()`` is batches per epoch."""
+    """One split of a dataset, on one rank. Iterate for batches; ``len()`` is batches per epoch."""
 
-    def __init__(self, dataset: InSituDataset, split: str, *, shuffle: bool) -> None:
+    def __init__(
+        self, dataset: InSituDataset, split: str, *, shuffle: bool, rank: int = 0, world_size: int = 1
+    ):
         self.dataset = dataset
         self.split = split
         self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+
+    def shard(self, rank: int, world_size: int) -> DatasetView:
+        """This split as seen by ``rank`` of ``world_size``: disjoint chunks, equal batch counts."""
+        return self.dataset.view(self.split, rank=rank, world_size=world_size)
+
+    @property
+    def _key(self) -> tuple[str, int, int]:
+        return (self.split, self.rank, self.world_size)
 
     @property
     def batch_size(self) -> int:
@@ -306,7 +331,7 @@ class DatasetView:
         self.dataset.set_epoch(epoch)
 
     def plan(self) -> EpochPlan:
-        return self.dataset.plan(self.split, self.shuffle)
+        return self.dataset.plan(self.split, self.shuffle, rank=self.rank, world_size=self.world_size)
 
     def __len__(self) -> int:
         return self.plan().n_batches
@@ -321,6 +346,10 @@ class DatasetView:
         ds = self.dataset
         ds._check_open()
         plan = self.plan()
+        start = 0
+        resume = ds._resume.pop(self._key, None)
+        if resume is not None and resume[0] == ds.epoch:
+            start = min(resume[1], plan.n_batches)
         run = EpochRun(
             ds._engine,
             plan,
@@ -331,15 +360,67 @@ class DatasetView:
             readahead_blocks=ds.readahead_blocks,
             batch_transforms=ds.batch_transforms,
             skip_bad=ds.on_bad_chunk == "skip",
+            start_batch=start,
         )
         _check_budget(ds, plan, run)
-        return _consume(ds, run)
+        ds._progress[self._key] = (ds.epoch, start)
+        return _consume(ds, run, self._key)
+
+    # -- exact resume -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where this view stands: epoch and batches handed out, plus what must match to resume.
+
+        Load it with :meth:`load_state_dict` on a view of an identically built
+        dataset (same manifest, seed, batch size, ranks...), in this or
+        another process: the next iteration continues with the next batch.
+        """
+        ds = self.dataset
+        epoch, done = ds._progress.get(self._key, (ds.epoch, 0))
+        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, **self._identity()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise ConfigError(f"not an insitu view state (format={fmt!r}, expected {STATE_FORMAT!r})")
+        mine = self._identity()
+        for key, value in mine.items():
+            if state.get(key) != value:
+                what = "resuming with a different world size is not supported" if key == "world_size" else ""
+                raise ConfigError(
+                    f"state does not match this view: {key}={state.get(key)!r} in the state, "
+                    f"{value!r} here{'; ' + what if what else ''}"
+                )
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        if epoch < 0 or done < 0:
+            raise ConfigError(
+                f"state has a negative epoch or batch count: epoch={epoch}, batches_done={done}"
+            )
+        self.dataset.set_epoch(epoch)
+        self.dataset._resume[self._key] = (epoch, done)
+        self.dataset._progress[self._key] = (epoch, done)
+
+    def _identity(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {
+            "split": self.split,
+            "shuffle": self.shuffle,
+            "seed": ds.seed,
+            "batch_size": ds.batch_size,
+            "drop_last": ds.drop_last,
+            "block_chunks": ds.block_chunks,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "uneven": ds.uneven,
+            "labels": [g.label for g in ds.labels],
+            "manifest": hashlib.sha256(ds.manifest.to_json().encode()).hexdigest()[:16],
+        }
 
     def __repr__(self) -> str:
         return f"DatasetView(split={self.split!r}, shuffle={self.shuffle}, batch_size={self.batch_size})"
 
 
-def _consume(ds: InSituDataset, run: EpochRun) -> Iterator[Batch]:
+def _consume(ds: InSituDataset, run: EpochRun, key: tuple[str, int, int]) -> Iterator[Batch]:
     loop = get_loop()
     ds._runs.add(run)
     cfut = submit(run.main())
@@ -357,6 +438,7 @@ def _consume(ds: InSituDataset, run: EpochRun) -> Iterator[Batch]:
             if isinstance(item, BaseException):
                 raise item
             loop.call_soon_threadsafe(run.release_credit)
+            ds._progress[key] = (run.epoch, item.index + 1)  # counted as handed out once yielded
             yield item
     finally:
         ds._runs.discard(run)
@@ -378,6 +460,13 @@ def _check_budget(ds: InSituDataset, plan: EpochPlan, run: EpochRun) -> None:
                 f"{g.slab_nbytes} bytes, but iterating {run.split!r}{extra} needs {need + others}; "
                 f"raise cache_budget_bytes or lower block_chunks={ds.block_chunks}"
             )
+
+
+def _check_rank(rank: Any, world_size: Any) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ConfigError(f"rank={rank!r} must be in [0, world_size={world_size})")
 
 
 def _positive(name: str, value: Any) -> None:

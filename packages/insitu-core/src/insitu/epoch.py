@@ -48,6 +48,7 @@ class EpochRun:
         readahead_blocks: int,
         batch_transforms: Sequence[BatchTransform],
         skip_bad: bool,
+        start_batch: int = 0,
     ) -> None:
         self.engine = engine
         self.plan = plan
@@ -65,7 +66,12 @@ class EpochRun:
         self._pinned: list[dict[str, list[Slab]] | None] = [None] * n
         self._block_ready: list[asyncio.Future[None]] = []
         self._block_waiter: list[BlockWaiter | None] = [None] * n
-        self._emitting = 0
+        # Resuming mid-epoch: blocks before the first remaining batch are never loaded.
+        self.start_batch = start_batch
+        self._first_block = (
+            plan.block_of(start_batch * plan.batch_size) if start_batch < plan.n_batches else n
+        )
+        self._emitting = self._first_block
         self._advanced: asyncio.Future[None] | None = None
 
     # -- consumer side (any thread) -------------------------------------------
@@ -100,7 +106,7 @@ class EpochRun:
     async def _produce(self) -> None:
         engine = self.engine
         loop = asyncio.get_running_loop()
-        for b in range(self.plan.order.n_blocks):
+        for b in range(self._first_block, self.plan.order.n_blocks):
             while b > self._emitting + self.readahead:
                 self._advanced = loop.create_future()
                 await self._advanced
@@ -157,9 +163,8 @@ class EpochRun:
     async def _emit(self) -> None:
         plan = self.plan
         n_anchors = len(plan.order.anchors)
-        ready_upto = 0  # blocks < ready_upto are loaded
-        released = 0
-        for k in range(plan.n_batches):
+        ready_upto = released = self._first_block  # blocks < ready_upto are loaded
+        for k in range(self.start_batch, plan.n_batches):
             lo, hi = plan.batch_bounds(k)
             last = plan.block_of(hi - 1)
             # Wait for room in the consumer's queue before letting the producer read further ahead.
@@ -172,9 +177,11 @@ class EpochRun:
                 if waiter is not None:
                     await waiter.future
                 ready_upto += 1
-            anchors, idx = self._indices(lo, hi)
+            anchors, idx, valid = self._indices(lo, hi)
             loop = asyncio.get_running_loop()
-            batch = await loop.run_in_executor(self.engine.gather_executor, self._gather, anchors, idx, k)
+            batch = await loop.run_in_executor(
+                self.engine.gather_executor, self._gather, anchors, idx, valid, k
+            )
             self.engine.stats.batches += 1
             self.engine.stats.samples += batch.size
             self.out.put(batch)
@@ -188,9 +195,11 @@ class EpochRun:
         if self._advanced is not None and not self._advanced.done():
             self._advanced.set_result(None)
 
-    def _indices(self, lo: int, hi: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def _indices(self, lo: int, hi: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Arena row of every (sample, label), computed on the loop while slots are pinned."""
         anchors = self.plan.order.anchors[lo:hi]
+        n_valid = self.plan.order.n_valid
+        valid = np.arange(lo, hi) < n_valid if n_valid >= 0 else None
         pools = self.engine.pool.arrays
         if self.skip_bad:
             keep = np.ones(len(anchors), dtype=bool)
@@ -199,6 +208,7 @@ class EpochRun:
             if not keep.all():
                 self.engine.stats.skipped_samples += int((~keep).sum())
                 anchors = anchors[keep]
+                valid = valid[keep] if valid is not None else None
         idx: dict[str, np.ndarray] = {}
         for g in self.labels:
             pos = anchors + g.offset
@@ -207,9 +217,11 @@ class EpochRun:
             if len(slot) and slot.min() < 0:
                 raise RuntimeError(f"internal error: slab of {g.label!r} not resident at gather time")
             idx[g.label] = slot * g.chunk_len + (pos - slab * g.chunk_len)
-        return anchors, idx
+        return anchors, idx, valid
 
-    def _gather(self, anchors: np.ndarray, idx: dict[str, np.ndarray], k: int) -> Batch:
+    def _gather(
+        self, anchors: np.ndarray, idx: dict[str, np.ndarray], valid: np.ndarray | None, k: int
+    ) -> Batch:
         data = {}
         reads = {}
         pools = self.engine.pool.arrays
@@ -219,7 +231,7 @@ class EpochRun:
             np.take(arena, idx[g.label], axis=0, out=out, mode="clip")  # 'clip': no extra buffering
             data[g.label] = out
             reads[g.label] = anchors + g.offset
-        batch = Batch(data, anchors.copy(), reads, self.split, self.epoch, k)
+        batch = Batch(data, anchors.copy(), reads, self.split, self.epoch, k, valid)
         for t in self.batch_transforms:
             batch = t(batch)
         return batch

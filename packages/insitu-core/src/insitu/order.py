@@ -26,6 +26,7 @@ class EpochOrder:
     anchors: np.ndarray  # int64, delivery order
     block_starts: np.ndarray  # int64, len = n_blocks + 1; block b is anchors[starts[b]:starts[b+1]]
     block_chunks: tuple[tuple[int, ...], ...]  # manifest chunk ids per block
+    n_valid: int = -1  # anchors before this position are real; after it, padding (-1: all real)
 
     @property
     def n_blocks(self) -> int:
@@ -60,14 +61,17 @@ def epoch_order(
     rank: int = 0,
     world_size: int = 1,
     first_block_chunks: int | None = None,
+    uneven: str = "drop",
 ) -> EpochOrder:
     """Order the samples of ``split`` for ``epoch``.
 
     ``anchor_range`` clips anchors so every shifted label stays inside its
     array. With ``world_size > 1`` each rank takes every ``world_size``-th
     chunk of the shared permutation (no chunk is read by two ranks) and all
-    ranks truncate to the shortest rank's sample count, so every rank yields
-    the same number of samples.
+    ranks truncate to the shortest rank's sample count (``uneven="drop"``) or
+    repeat their own first samples up to the longest rank's count
+    (``uneven="pad"``; ``n_valid`` marks where padding starts), so every rank
+    yields the same number of samples.
 
     ``first_block_chunks`` shortens the first block (blocks then double up to
     ``block_chunks``), so the first batch waits for a batch's worth of chunks
@@ -92,10 +96,13 @@ def epoch_order(
     rng = epoch_rng(seed, epoch, split)
     perm = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
     mine = perm[rank::world_size]
+    if uneven not in ("drop", "pad"):
+        raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
     limit = None
     if world_size > 1:
         sizes = np.array([len(s) for s in per_chunk])
-        limit = int(min(sizes[perm[r::world_size]].sum() for r in range(world_size)))
+        per_rank = [int(sizes[perm[r::world_size]].sum()) for r in range(world_size)]
+        limit = min(per_rank) if uneven == "drop" else max(per_rank)
 
     anchors: list[np.ndarray] = []
     starts = [0]
@@ -114,8 +121,16 @@ def epoch_order(
         total += len(block)
         starts.append(total)
         groups.append(tuple(int(chunks[i]) for i in idx))
+    n_valid = -1
+    if limit is not None and total < limit:  # uneven="pad": repeat this rank's own samples
+        own = np.concatenate(anchors)
+        pad = own[np.arange(limit - total) % len(own)]
+        n_valid = total
+        anchors.append(pad)
+        starts.append(limit)
+        groups.append(tuple(sorted({int(c) for c in pad // manifest.chunk_len})))
     flat = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.int64)
-    return EpochOrder(flat, np.asarray(starts, dtype=np.int64), tuple(groups))
+    return EpochOrder(flat, np.asarray(starts, dtype=np.int64), tuple(groups), n_valid)
 
 
 def _clip(samples: np.ndarray, lo: int, hi: int) -> np.ndarray:
