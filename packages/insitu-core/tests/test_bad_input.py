@@ -139,3 +139,15 @@ def test_filters_and_the_zarr_fallback(tmp_path: Path, fmt: int) -> None:
             np.testing.assert_array_equal(b["d"], data[b.sample_indices])
             seen.extend(b.sample_indices.tolist())
         assert sorted(seen) == list(range(30))
+
+
+def test_default_variables_skip_coordinates(tmp_path: Path) -> None:
+    g = zarr.open_group(tmp_path, mode="a")
+    t = g.create_array("time", shape=(12,), chunks=(12,), dtype="i8", dimension_names=("time",))
+    t[...] = np.arange(12)
+    write_array(tmp_path, "t2m", field(12, (2, 3)), (4, 2, 3), dimension_names=("time", "y", "x"))
+    store = insitu.open_store(tmp_path)
+    assert list(insitu.open_geometries(store, sample_axis="time")) == ["t2m"]
+    assert list(insitu.open_geometries(store)) == ["t2m"]
+    named = insitu.open_geometries(store, variables=["time", "t2m"], sample_axis="time")
+    assert named["time"].sample_shape == ()

@@ -77,6 +77,8 @@ def _geometry_or_none(
         if explicit:
             raise ConfigError(f"array {name!r} has dtype {dtype}; only numeric arrays can be batched")
         return None
+    if not explicit and arr.ndim < 2:  # coordinates (time, lat, lon): name them to read them
+        return None
     if isinstance(axis_spec, str):
         if dims is None or axis_spec not in dims:
             if explicit:
@@ -85,8 +87,6 @@ def _geometry_or_none(
         axis = dims.index(axis_spec)
     else:
         axis = int(axis_spec)
-        if not explicit and arr.ndim < 2:
-            return None
     shards = getattr(arr, "shards", None)
     return ArrayGeometry(
         name=name,

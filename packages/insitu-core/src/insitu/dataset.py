@@ -8,6 +8,7 @@ import hashlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -247,13 +248,18 @@ class InSituDataset:
     # -- statistics and lifetime -------------------------------------------------
     @property
     def stats(self) -> dict[str, Any]:
-        """Counters: reads, bytes, decodes, hits, bad/missing chunks, resident bytes."""
+        """Live counters: reads, bytes, decodes, hits and hit rate, bad/missing chunks, resident
+        bytes, and, from the consumer's side, throughput and the fraction of time spent waiting
+        for data (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
         out: dict[str, Any] = self._engine.stats.as_dict()
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes
         uses = out["slab_hits"] + out["slabs_loaded"]
         out["hit_rate"] = out["slab_hits"] / uses if uses else 0.0
+        busy = out["iterating_s"]
+        out["stall_fraction"] = out["waiting_s"] / busy if busy else 0.0
+        out["samples_per_s"] = out["samples"] / busy if busy else 0.0
         return out
 
     def _check_open(self) -> None:
@@ -424,15 +430,20 @@ def _consume(ds: InSituDataset, run: EpochRun, key: tuple[str, int, int]) -> Ite
     loop = get_loop()
     ds._runs.add(run)
     cfut = submit(run.main())
+    stats = ds._engine.stats
+    started = time.perf_counter()
     try:
         while True:
+            t0 = time.perf_counter()
             try:
                 item = run.out.get(timeout=0.5)
             except queue.Empty:
+                stats.waiting_s += time.perf_counter() - t0
                 if cfut.done() and run.out.empty():
                     cfut.result()  # re-raise a crash of the run itself
                     raise RuntimeError("insitu: epoch ended without a final marker") from None
                 continue
+            stats.waiting_s += time.perf_counter() - t0
             if item is END:
                 return
             if isinstance(item, BaseException):
@@ -441,6 +452,7 @@ def _consume(ds: InSituDataset, run: EpochRun, key: tuple[str, int, int]) -> Ite
             ds._progress[key] = (run.epoch, item.index + 1)  # counted as handed out once yielded
             yield item
     finally:
+        stats.iterating_s += time.perf_counter() - started
         ds._runs.discard(run)
         loop.call_soon_threadsafe(run.cancel)
         with contextlib.suppress(concurrent.futures.CancelledError, Exception):

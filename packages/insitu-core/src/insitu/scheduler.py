@@ -47,8 +47,10 @@ class EngineStats:
     batches: int = 0
     samples: int = 0
     skipped_samples: int = 0
+    iterating_s: float = 0.0  # consumer wall time inside view iteration
+    waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
