@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,18 @@ def write_array(
     )
     arr[...] = data
     return arr
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A plugin registry rebuilt from scratch, with no plugin-loading env vars set."""
+    from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, reset_registry
+
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+    monkeypatch.delenv(BLOCK_ENV, raising=False)
+    reset_registry()
+    yield
+    reset_registry()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import insitu
 from insitu.exports import EXPORTS, resolve_export
 from insitu.hookspecs import ENTRY_POINT_GROUP
-from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, reset_registry
+from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV
 from insitu.testing import temporary_plugin, write_plugin_distribution
 
 HEAVY_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "keras", "cupy", "kvikio")
@@ -53,13 +52,7 @@ print(json.dumps({{
 """
 
 
-@pytest.fixture(autouse=True)
-def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-    reset_registry()
-    yield
-    reset_registry()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 def test_import_and_loading_all_plugins_imports_no_framework(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,11 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore
 
-from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, PluginNotFoundError, reset_registry
+from insitu.plugins import PluginNotFoundError
 from insitu.stores import UnknownSchemeError, open_store
 from insitu.testing import temporary_plugin
 
-
-@pytest.fixture(autouse=True)
-def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-    reset_registry()
-    yield
-    reset_registry()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 def _write_group(store: Store) -> np.ndarray:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pluggy
@@ -18,7 +17,6 @@ from insitu.plugins import (
     PluginNotFoundError,
     PluginWarning,
     get_registry,
-    reset_registry,
 )
 from insitu.stores import open_store
 from insitu.testing import assert_entry_point, assert_registers, plugin_registrations, temporary_plugin
@@ -47,13 +45,7 @@ def insitu_register_adapters(register):
 """
 
 
-@pytest.fixture(autouse=True)
-def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
-    monkeypatch.delenv(BLOCK_ENV, raising=False)
-    reset_registry()
-    yield
-    reset_registry()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 def test_builtins_serve_local_paths_and_memory() -> None:
