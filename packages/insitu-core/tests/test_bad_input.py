@@ -151,3 +151,10 @@ def test_default_variables_skip_coordinates(tmp_path: Path) -> None:
     assert list(insitu.open_geometries(store)) == ["t2m"]
     named = insitu.open_geometries(store, variables=["time", "t2m"], sample_axis="time")
     assert named["time"].sample_shape == ()
+
+
+def test_default_variables_come_in_name_order(tmp_path: Path) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        write_array(tmp_path, name, field(8, (2,)), (4, 2))
+    store = insitu.open_store(tmp_path)
+    assert list(insitu.open_geometries(store)) == ["alpha", "mid", "zeta"]

@@ -30,7 +30,12 @@ def open_geometries(
     dimension) is included; name 1-D arrays explicitly to read them.
     """
     node = _open_node(store, path)
-    members = {node.basename or "data": node} if isinstance(node, zarr.Array) else dict(node.arrays())
+    if isinstance(node, zarr.Array):
+        members = {node.basename or "data": node}
+    else:
+        # Sorted: listing order differs between stores and even between processes, and label
+        # order is part of a dataset's identity (resume state, batch key order).
+        members = dict(sorted(node.arrays(), key=lambda item: item[0]))
     if variables is not None:
         wanted = list(variables)
         missing = [v for v in wanted if v not in members]
