@@ -88,7 +88,9 @@ def tests_transforms(session: nox.Session) -> None:
 @nox.session(name="tests-torch", python="3.11", venv_backend="venv", tags=["tests"])
 def tests_torch(session: nox.Session) -> None:
     """insitu-torch against the CPU torch wheel (plain venv + pip, see TORCH)."""
-    session.install(TORCH)
+    # torchdata in the same pip call, so its `torch>=2` resolves to the pinned CPU wheel; the
+    # resume tests also run through its StatefulDataLoader (0.11.0 checked with torch 2.13.0).
+    session.install(TORCH, "torchdata==0.11.0")
     session.install(*_editable("insitu-core[test]", "insitu-torch[test]"))
     _pytest(session, "insitu-torch")
 

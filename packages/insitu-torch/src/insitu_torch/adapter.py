@@ -6,14 +6,19 @@ plugin registry does) must not pull in a framework.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from insitu.errors import ConfigError
+from insitu_torch._batch import TorchBatch
+
 if TYPE_CHECKING:
     import torch
-    from torch.utils.data import IterableDataset
+
+    from insitu_torch._dataset import InSituIterableDataset
 
 
 def _import_torch() -> Any:
@@ -35,41 +40,127 @@ def _as_tensor_source(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def to_torch(
-    batch: Mapping[str, np.ndarray], *, device: str | torch.device | None = None, non_blocking: bool = True
-) -> dict[str, torch.Tensor]:
-    """``{label: tensor}`` for one batch.
+_warned_no_pinning = False
 
-    On CPU the tensors share memory with the batch arrays (``torch.from_numpy``,
-    no copy). With ``device`` (``"cuda"``, ``"cuda:1"``...) each tensor is
-    moved there; ``non_blocking`` lets the copy overlap compute when the
-    source memory is pinned.
+
+def _can_pin(torch: Any) -> bool:
+    """Whether page-locked host memory exists here (it needs an accelerator runtime)."""
+    global _warned_no_pinning
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    if not available and not _warned_no_pinning:
+        # Same policy as DataLoader(pin_memory=True): warn once and carry on unpinned.
+        warnings.warn(
+            "pin_memory=True but no accelerator is available: batches stay in ordinary memory",
+            stacklevel=3,
+        )
+        _warned_no_pinning = True
+    return bool(available)
+
+
+def to_torch(
+    batch: Mapping[str, np.ndarray],
+    *,
+    device: str | torch.device | None = None,
+    pin_memory: bool = False,
+    non_blocking: bool = True,
+) -> TorchBatch:
+    """One batch as a :class:`TorchBatch` (``{label: tensor}`` plus provenance).
+
+    - No ``device`` (or ``"cpu"``) and no ``pin_memory``: no copy. Every
+      tensor shares memory with the batch array (``torch.from_numpy``); only a
+      non-native byte order or a negative stride forces a copy.
+    - ``pin_memory=True``: one copy into page-locked host memory, so the
+      transfer to the GPU can run asynchronously. Without an accelerator it
+      warns once and skips pinning (like ``DataLoader(pin_memory=True)``).
+    - ``device="cuda"`` (``"cuda:1"``...): tensors and the ``valid`` mask are
+      copied there; ``non_blocking`` lets that copy overlap compute when the
+      source is pinned. Sample indices stay on the CPU.
     """
     torch = _import_torch()
     tensors = {
         label: torch.from_numpy(_as_tensor_source(np.asarray(array))) for label, array in batch.items()
     }
-    if device is None:
-        return tensors
-    target = torch.device(device)
-    if target.type == "cpu":
-        return tensors
-    return {label: t.to(target, non_blocking=non_blocking) for label, t in tensors.items()}
+    valid_np = getattr(batch, "valid", None)
+    valid = None if valid_np is None else torch.from_numpy(_as_tensor_source(np.asarray(valid_np)))
+    if pin_memory and _can_pin(torch):
+        tensors = {label: t.pin_memory() for label, t in tensors.items()}
+        valid = None if valid is None else valid.pin_memory()
+    target = None if device is None else torch.device(device)
+    if target is not None and target.type != "cpu":
+        tensors = {label: t.to(target, non_blocking=non_blocking) for label, t in tensors.items()}
+        valid = None if valid is None else valid.to(target, non_blocking=non_blocking)
+    indices = getattr(batch, "sample_indices", None)
+    reads = getattr(batch, "read_indices", None) or {}
+    return TorchBatch(
+        tensors,
+        sample_indices=None if indices is None else torch.from_numpy(_as_tensor_source(np.asarray(indices))),
+        read_indices={k: torch.from_numpy(_as_tensor_source(np.asarray(v))) for k, v in reads.items()},
+        valid=valid,
+        split=str(getattr(batch, "split", "")),
+        epoch=int(getattr(batch, "epoch", 0)),
+        index=int(getattr(batch, "index", 0)),
+    )
+
+
+def _rank_view(view: Any, rank: int | None, world_size: int | None) -> Any:
+    """The view this process iterates: explicit rank, else ``torch.distributed``, else ``view``."""
+    if (rank is None) != (world_size is None):
+        raise ConfigError(f"pass rank and world_size together (got rank={rank!r}, world_size={world_size!r})")
+    if rank is not None and world_size is not None:
+        return view.shard(rank, world_size)
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return view
+    dist_rank, dist_size = dist.get_rank(), dist.get_world_size()
+    mine = (getattr(view, "rank", 0), getattr(view, "world_size", 1))
+    if mine[1] > 1:
+        # Already sharded by the caller: fine if it agrees with the process group.
+        if mine != (dist_rank, dist_size):
+            raise ConfigError(
+                f"the view is sharded as rank {mine[0]} of {mine[1]} but torch.distributed says "
+                f"rank {dist_rank} of {dist_size}; pass rank= and world_size= to override"
+            )
+        return view
+    return view.shard(dist_rank, dist_size) if dist_size > 1 else view
 
 
 def as_torch(
-    view: Any, *, device: str | torch.device | None = None
-) -> IterableDataset[dict[str, torch.Tensor]]:
+    view: Any,
+    *,
+    device: str | torch.device | None = None,
+    pin_memory: bool = False,
+    non_blocking: bool = True,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> InSituIterableDataset:
     """A ``torch.utils.data.IterableDataset`` over an insitu view (``ds.train``...).
 
-    Each item is one whole batch as ``{label: tensor}``, so use it with
+    Each item is one whole batch as a :class:`TorchBatch`, so use it with
     ``DataLoader(dataset, batch_size=None, num_workers=0)``: insitu already
-    batches, shuffles and reads in parallel. ``len(dataset)`` is ``len(view)``.
+    batches, shuffles and reads in parallel. ``len(dataset)`` is the number
+    of batches this rank yields per epoch.
+
+    Ranks: with ``rank`` and ``world_size`` the view is ``view.shard(rank,
+    world_size)``; otherwise, when ``torch.distributed`` is initialised (call
+    ``init_process_group`` first), this process's rank and the group size
+    are used; otherwise the view is iterated whole. Each rank reads disjoint
+    chunks and yields the same number of batches. A world size larger than
+    the split's chunk count raises ``insitu.ConfigError`` here.
+
+    ``state_dict()`` / ``load_state_dict()`` on the result resume exactly
+    (also through torchdata's ``StatefulDataLoader``); ``set_epoch(e)``
+    selects the epoch. ``device``, ``pin_memory`` and ``non_blocking`` are
+    passed to :func:`to_torch` for every batch.
     """
     _import_torch()
     from insitu_torch._dataset import InSituIterableDataset
 
-    return InSituIterableDataset(view, device=device)
+    shard = _rank_view(view, rank, world_size)
+    if getattr(shard, "world_size", 1) > 1:
+        len(shard)  # plans the epoch: a world size the split cannot serve fails now, not mid-run
+    return InSituIterableDataset(shard, device=device, pin_memory=pin_memory, non_blocking=non_blocking)
 
 
 __all__ = ["as_torch", "to_torch"]
