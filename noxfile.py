@@ -97,7 +97,7 @@ def tests_torch(session: nox.Session) -> None:
 
 @nox.session(name="tests-jax", python="3.11", venv_backend="uv", tags=["tests"])
 def tests_jax(session: nox.Session) -> None:
-    """insitu-jax on CPU jax."""
+    """insitu-jax on CPU jax, including a two-process jax.distributed run on loopback."""
     session.env["JAX_PLATFORMS"] = "cpu"  # skip the accelerator probe and its warnings
     session.install(*_editable("insitu-core[test]", "insitu-jax[jax,test]"))
     _pytest(session, "insitu-jax")
@@ -105,7 +105,7 @@ def tests_jax(session: nox.Session) -> None:
 
 @nox.session(name="tests-tf", python="3.11", venv_backend="uv", tags=["tests"])
 def tests_tf(session: nox.Session) -> None:
-    """insitu-tf on tensorflow-cpu."""
+    """insitu-tf on tensorflow-cpu, including MirroredStrategy over two logical CPU devices."""
     session.env["TF_CPP_MIN_LOG_LEVEL"] = "2"  # keep C++ start-up chatter out of test logs
     session.install(TENSORFLOW)
     session.install(*_editable("insitu-core[test]", "insitu-tf[test]"))

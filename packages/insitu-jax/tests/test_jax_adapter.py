@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -9,12 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import zarr
 from jax.sharding import NamedSharding, PartitionSpec
+from zarr.storage import MemoryStore
 
 import insitu
 from insitu.batch import Batch
+from insitu.synthetic import make_linear_regression
 from insitu.testing import AdapterConformance, assert_entry_point, assert_registers
-from insitu_jax import jax_iterator, to_jax
+from insitu_jax import JaxIterator, global_batch_sharding, jax_iterator, to_jax
 
 # Without jax_enable_x64, JAX stores int64 as int32; the kit checks dtypes jax keeps as they are.
 JAX_DTYPES: Mapping[str, str] = {"x": "float32", "y": "int32", "mask": "uint8"}
@@ -35,17 +40,115 @@ class TestJaxIteratorConformance(AdapterConformance):
         return jax_iterator
 
 
+def _aligned(n: int, dtype: str = "float32", *, misalign: int = 0) -> np.ndarray:
+    """A writeable 1-D array whose data starts ``misalign`` bytes after a 64-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.zeros(n * itemsize + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + misalign
+    out = raw[start : start + n * itemsize].view(dtype)
+    out[:] = np.arange(n)
+    return out
+
+
+def _shares_memory(result: jax.Array, source: np.ndarray) -> bool:
+    return bool(result.unsafe_buffer_pointer() == source.ctypes.data)
+
+
 def test_to_jax_returns_device_arrays() -> None:
     out = to_jax(Batch({"x": np.ones((2, 3), "float32")}, np.arange(2)))
     assert isinstance(out["x"], jax.Array)
     assert out["x"].devices() == {jax.devices()[0]}
 
 
+def test_to_jax_shares_an_aligned_buffer_on_cpu() -> None:
+    values = _aligned(256)
+    out = to_jax({"x": values})["x"]
+    assert _shares_memory(out, values)
+    # Shared, not copied: a later write to the batch shows through (hence "do not write").
+    values[0] = 99.0
+    assert float(out[0]) == 99.0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: _aligned(256, misalign=4), id="misaligned"),
+        pytest.param(lambda: _aligned(256, "int64"), id="int64-without-x64"),
+        pytest.param(lambda: _aligned(512)[::2], id="strided"),
+    ],
+)
+def test_to_jax_copies_what_xla_cannot_share(make: Any) -> None:
+    values = make()
+    out = to_jax({"x": values})["x"]
+    assert not _shares_memory(out, values)
+    np.testing.assert_array_equal(np.asarray(out), values)
+
+
+def test_to_jax_shares_a_read_only_aligned_buffer() -> None:
+    values = _aligned(256)
+    values.flags.writeable = False
+    out = to_jax({"x": values})["x"]
+    assert _shares_memory(out, values)
+    np.testing.assert_array_equal(np.asarray(out), values)
+
+
+def test_a_shared_buffer_lives_as_long_as_the_jax_array() -> None:
+    values = _aligned(256)
+    owner = weakref.ref(values.base)
+    out = to_jax({"x": values})["x"]
+    assert _shares_memory(out, values)
+    del values
+    gc.collect()
+    assert owner() is not None, "the batch memory was freed while JAX still uses it"
+    np.testing.assert_array_equal(np.asarray(out), np.arange(256, dtype="float32"))
+    del out
+    gc.collect()
+    assert owner() is None, "JAX kept the batch memory after the array was gone"
+
+
+def test_arrays_survive_the_engine_recycling_batch_buffers() -> None:
+    # Batches of 1 MiB come from insitu's recycled buffer pool: a buffer goes back to the pool
+    # when nothing references it. Whether JAX shares a batch's buffer depends on its alignment;
+    # either way, arrays from an earlier epoch must keep their values while later epochs reuse
+    # the pool.
+    store = MemoryStore()
+    make_linear_regression(store, n_samples=1024, n_features=1024, chunks=256, seed=1)
+    source = np.asarray(zarr.open_group(store, mode="r")["x"][:])
+    geoms = insitu.open_geometries(store, variables=["x"])
+    manifest = insitu.split_by_chunk(geoms["x"], fractions=(1.0,), names=("train",))
+    with insitu.InSituDataset(store, manifest, batch_size=256, seed=0, shuffle=False) as ds:
+        kept = [to_jax(batch)["x"] for batch in ds.train]
+        gc.collect()
+        for epoch in (1, 2):
+            ds.set_epoch(epoch)
+            for batch in ds.train:
+                batch["x"][:] = -1.0  # scribble over whatever buffer the pool handed out
+    np.testing.assert_array_equal(np.concatenate([np.asarray(a) for a in kept]), source)
+
+
 def test_to_jax_places_with_a_sharding() -> None:
     mesh = jax.make_mesh((1,), ("batch",))
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
-    out = to_jax(Batch({"x": np.ones((4, 3), "float32")}, np.arange(4)), sharding=sharding)
+    values = _aligned(64).reshape(16, 4)
+    out = to_jax(Batch({"x": values}, np.arange(16)), sharding=sharding)
     assert out["x"].sharding == sharding
+    assert _shares_memory(out["x"], values)  # one CPU device: the aligned batch is not copied
+    np.testing.assert_array_equal(np.asarray(out["x"]), values)
+
+
+def test_single_process_iterator_reads_the_whole_view(view: Any) -> None:
+    iterator = jax_iterator(view)
+    assert isinstance(iterator, JaxIterator)
+    assert iterator.view is view
+    assert jax.process_count() == 1
+    assert len(iterator) == len(view)
+
+
+def test_global_batch_sharding_spans_every_device() -> None:
+    sharding = global_batch_sharding()
+    assert sharding.mesh.axis_names == ("batch",)
+    assert set(sharding.mesh.devices.flat) == set(jax.devices())
+    assert sharding.spec == PartitionSpec("batch")
 
 
 @pytest.mark.parametrize("prefetch", [1, 2, 5])
@@ -57,9 +160,10 @@ def test_jax_iterator_yields_every_batch_in_order(view: Any, prefetch: int) -> N
         np.testing.assert_array_equal(have, want)
 
 
-def test_jax_iterator_rejects_zero_prefetch(view: Any) -> None:
-    with pytest.raises(ValueError, match="prefetch"):
-        next(jax_iterator(view, prefetch=0))
+@pytest.mark.parametrize("prefetch", [0, -1, 1.5, True])
+def test_jax_iterator_rejects_a_bad_prefetch(view: Any, prefetch: Any) -> None:
+    with pytest.raises(insitu.ConfigError, match="prefetch must be a positive integer"):
+        jax_iterator(view, prefetch=prefetch)
 
 
 def test_linear_regression_learns_with_jax_grad(view: Any) -> None:
@@ -84,6 +188,53 @@ def test_linear_regression_learns_with_jax_grad(view: Any) -> None:
             losses.append(float(loss))
         epoch_losses.append(float(np.mean(losses)))
     assert epoch_losses[-1] < 0.01 * epoch_losses[0], epoch_losses
+    # It learned the store's own answer, not just a smaller loss.
+    truth = zarr.open_group(view.dataset.store, mode="r").attrs
+    np.testing.assert_allclose(np.asarray(params["w"]), np.array(truth["weights"]), atol=0.05)
+    np.testing.assert_allclose(np.asarray(params["b"]), np.array(truth["bias"]), atol=0.05)
+
+
+# -- bad input ------------------------------------------------------------------------
+
+
+def test_closed_dataset_fails_on_the_first_batch(view: Any) -> None:
+    view.dataset.close()
+    iterator = jax_iterator(view)
+    with pytest.raises(insitu.DatasetClosedError, match="closed"):
+        next(iterator)
+
+
+def test_more_ranks_than_chunks_fails_when_the_iterator_is_built(view: Any) -> None:
+    with pytest.raises(insitu.ConfigError, match=r"world_size=100 exceeds the 6 chunk"):
+        jax_iterator(view.shard(0, 100))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("seed", 1), ("batch_size", 16), ("manifest", "0123456789abcdef"), ("world_size", 2)]
+)
+def test_mismatched_state_is_refused_naming_the_field(view: Any, field: str, value: Any) -> None:
+    state = {**view.state_dict(), field: value}
+    with pytest.raises(insitu.ConfigError, match=field):
+        jax_iterator(view).load_state_dict(state)
+
+
+def test_a_foreign_state_is_refused(view: Any) -> None:
+    with pytest.raises(insitu.ConfigError, match="not an insitu view state"):
+        jax_iterator(view).load_state_dict({"epoch": 0, "batches_done": 3})
+
+
+def test_state_cannot_be_loaded_mid_pass(view: Any) -> None:
+    iterator = jax_iterator(view)
+    state = iterator.state_dict()
+    next(iterator)
+    with pytest.raises(RuntimeError, match="before the iterator yields"):
+        iterator.load_state_dict(state)
+
+
+def test_state_needs_an_insitu_view() -> None:
+    batches = [Batch({"x": np.ones((2, 3), "float32")}, np.arange(2))]
+    with pytest.raises(TypeError, match="needs an insitu view"):
+        jax_iterator(batches).state_dict()
 
 
 def test_plugin_registers_both_adapters() -> None:

@@ -3,10 +3,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import tensorflow as tf
 from zarr.storage import MemoryStore
 
 import insitu
 from insitu.synthetic import make_linear_regression
+
+# Two logical CPU devices, so tf.distribute.MirroredStrategy has two replicas to feed. This has
+# to happen before TensorFlow initialises its devices, which the first test would do.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+)
 
 
 @pytest.fixture

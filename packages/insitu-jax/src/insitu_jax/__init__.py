@@ -1,7 +1,8 @@
-"""JAX adapter for insitu: batches as device arrays, with prefetch and sharding."""
+"""JAX adapter for insitu: batches as jax.Arrays, global arrays across processes, exact resume."""
 
 from __future__ import annotations
 
-from insitu_jax.adapter import jax_iterator, to_jax
+from insitu_jax.adapter import to_jax
+from insitu_jax.iterator import JaxIterator, global_batch_sharding, jax_iterator
 
-__all__ = ["jax_iterator", "to_jax"]
+__all__ = ["JaxIterator", "global_batch_sharding", "jax_iterator", "to_jax"]

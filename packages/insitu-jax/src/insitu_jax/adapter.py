@@ -1,4 +1,4 @@
-"""Hand insitu batches to JAX.
+"""Convert one insitu batch to JAX arrays.
 
 jax is imported inside the functions: importing this module (which the
 plugin registry does) must not pull in a framework.
@@ -6,8 +6,7 @@ plugin registry does) must not pull in a framework.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +15,8 @@ if TYPE_CHECKING:
     import jax
 
 
-def _import_jax() -> Any:
+def import_jax() -> Any:
+    """The ``jax`` module, or an ImportError that says what to install."""
     try:
         import jax
     except ImportError as exc:
@@ -29,37 +29,22 @@ def to_jax(
 ) -> dict[str, jax.Array]:
     """``{label: jax.Array}`` for one batch, placed with ``sharding`` (default: the default device).
 
-    The transfer is dispatched asynchronously: the call returns before the
-    copy finishes, so the next batch can be prepared meanwhile. With a
-    ``NamedSharding`` over a mesh, the batch axis is split across devices the
-    way ``sharding`` says. Note that JAX keeps 64-bit values only with
-    ``jax_enable_x64``; otherwise int64/float64 arrays arrive as 32-bit.
+    This is ``jax.device_put``, dispatched asynchronously: the call returns
+    before a transfer finishes, so the next batch can be prepared meanwhile.
+    With a ``NamedSharding`` over a mesh, the batch axis is split across
+    devices the way ``sharding`` says.
+
+    Copies: for CPU devices JAX does not copy an array (or, with a sharding,
+    a device's block of rows) that is C-contiguous, 64-byte aligned and of a
+    dtype it keeps: the ``jax.Array`` shares the batch's memory and keeps it
+    alive. Anything else (misaligned, strided, 64-bit without
+    ``jax_enable_x64``) is copied once, and a GPU/TPU always gets one
+    host-to-device copy. Do not write to a batch's arrays after converting
+    it: shared ones would change under JAX. JAX keeps 64-bit values only
+    with ``jax_enable_x64``; otherwise int64/float64 arrays arrive as 32-bit.
     """
-    jax = _import_jax()
+    jax = import_jax()
     return jax.device_put(dict(batch.items()), sharding)
 
 
-def jax_iterator(
-    view: Iterable[Mapping[str, np.ndarray]],
-    *,
-    sharding: jax.sharding.Sharding | None = None,
-    prefetch: int = 2,
-) -> Iterator[dict[str, jax.Array]]:
-    """Iterate ``view`` as device arrays, keeping ``prefetch`` batches in flight.
-
-    While the model computes on one batch, the next ``prefetch`` are already
-    being copied to the device(s), which hides host-to-device transfer time.
-    """
-    if prefetch < 1:
-        raise ValueError(f"prefetch must be at least 1, got {prefetch}")
-    _import_jax()
-    queue: deque[dict[str, jax.Array]] = deque()
-    for batch in view:
-        queue.append(to_jax(batch, sharding=sharding))
-        if len(queue) > prefetch:
-            yield queue.popleft()
-    while queue:
-        yield queue.popleft()
-
-
-__all__ = ["jax_iterator", "to_jax"]
+__all__ = ["import_jax", "to_jax"]

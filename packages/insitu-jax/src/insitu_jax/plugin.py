@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from insitu.hookspecs import Register, hookimpl
-from insitu_jax.adapter import jax_iterator, to_jax
+from insitu_jax.adapter import to_jax
+from insitu_jax.iterator import jax_iterator
 
 
 @hookimpl
 def insitu_register_adapters(register: Register) -> None:
-    """``to_jax`` (batch -> device arrays) and ``jax_iterator`` (view -> prefetching iterator)."""
+    """``to_jax`` (batch -> jax arrays) and ``jax_iterator`` (view -> prefetching, resumable iterator)."""
     register("to_jax", to_jax)
     register("jax_iterator", jax_iterator)
