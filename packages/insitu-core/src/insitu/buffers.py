@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 _MIN_POOLED = 1 << 20  # smaller arrays: malloc already reuses them without page faults
+ALIGN = 64  # bytes; what zero-copy hand-off to JAX / TensorFlow on CPU requires
 
 
 class BufferPool:
@@ -31,10 +32,16 @@ class BufferPool:
         self._lock = threading.Lock()
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An uninitialised C-contiguous array whose memory is recycled after use."""
+        """An uninitialised C-contiguous array, 64-byte aligned, whose memory is recycled after use.
+
+        The alignment is what lets JAX and TensorFlow adopt the array on CPU
+        without a copy (both copy anything less aligned).
+        """
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes < _MIN_POOLED:
-            return np.empty(shape, dtype=dtype)
+            raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+            start = -raw.ctypes.data % ALIGN
+            return raw[start : start + nbytes].view(dtype).reshape(shape)
         with self._lock:
             free = self._free.get(nbytes)
             mem = free.pop() if free else None
@@ -42,14 +49,15 @@ class BufferPool:
             if lease_type is None:
                 lease_type = self._lease_types[nbytes] = _lease_type(nbytes, self)
         if mem is None:
-            mem = bytearray(nbytes)
-        lease = lease_type.from_buffer(mem)
+            mem = bytearray(nbytes + ALIGN)
+        offset = -ctypes.addressof(ctypes.c_char.from_buffer(mem)) % ALIGN
+        lease = lease_type.from_buffer(mem, offset)
         lease.mem = mem  # the finaliser hands this back
         return np.frombuffer(lease, dtype=dtype).reshape(shape)
 
     def give_back(self, mem: bytearray) -> None:
         with self._lock:
-            free = self._free.setdefault(len(mem), [])
+            free = self._free.setdefault(len(mem) - ALIGN, [])
             if len(free) < self.max_free:
                 free.append(mem)
 

@@ -262,6 +262,11 @@ class InSituDataset:
         out["samples_per_s"] = out["samples"] / busy if busy else 0.0
         return out
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran; views of a closed dataset cannot be iterated."""
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise DatasetClosedError("this InSituDataset is closed; create a new one to read again")
