@@ -258,3 +258,32 @@ def test_rank_sharding_disjoint_and_equal(era5) -> None:
     assert not (chunk_sets[1] & chunk_sets[2])
     allseen = np.concatenate(seen)
     assert len(allseen) == len(np.unique(allseen))
+
+
+def test_two_threads_iterate_views_concurrently(era5) -> None:
+    import threading
+
+    root, src = era5
+    store = insitu.open_store(root)
+    geoms = insitu.open_geometries(store)
+    manifest = insitu.split_by_chunk(geoms["t2m"], (0.5, 0.5))
+    errors: list[BaseException] = []
+    seen: dict[str, list[int]] = {"train": [], "val": []}
+    with insitu.InSituDataset(store, manifest, batch_size=4, block_chunks=2) as ds:
+
+        def consume(split: str) -> None:
+            try:
+                for b in ds.view(split):
+                    np.testing.assert_array_equal(b["u10"], src["u10"][b.sample_indices])
+                    seen[split].extend(b.sample_indices.tolist())
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=consume, args=(s,)) for s in ("train", "val")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors, errors
+    for split in ("train", "val"):
+        assert sorted(seen[split]) == manifest.samples(split).tolist()
