@@ -14,29 +14,9 @@ from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
+from insitu.testing import RecordingStore
 
-class CountingStore(WrapperStore[Any]):
-    """Counts every ``get`` by key (and byte range), so tests can prove reads happen once."""
-
-    def __init__(self, store: Any) -> None:
-        super().__init__(store)
-        self.gets: collections.Counter[str] = collections.Counter()
-        self.ranges: list[tuple[str, Any]] = []
-
-    def _with_store(self, store: Any) -> CountingStore:
-        return CountingStore(store)
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        self.gets[key] += 1
-        self.ranges.append((key, byte_range))
-        return await self._store.get(key, prototype, byte_range)
-
-    def chunk_gets(self) -> collections.Counter[str]:
-        return collections.Counter(
-            {k: v for k, v in self.gets.items() if not k.rsplit("/", 1)[-1].startswith((".z", "zarr.json"))}
-        )
+CountingStore = RecordingStore  # the kit's recording wrapper: .gets, .reads, .chunk_gets()
 
 
 class FaultyStore(WrapperStore[Any]):

@@ -74,5 +74,5 @@ def test_sharded_reads_coalesce_inner_chunks(tmp_path: Path) -> None:
     # 4 shards: one index read and one coalesced range read for the 8 inner chunks of each.
     assert sorted(shard_gets) == [f"x/c/{i}/0/0" for i in range(4)]
     assert set(shard_gets.values()) == {2}
-    ranges = [r for k, r in store.ranges if k.startswith("x/c/")]
+    ranges = [r for k, r in store.reads if k.startswith("x/c/")]
     assert sum(type(r).__name__ == "RangeByteRequest" for r in ranges) == 4

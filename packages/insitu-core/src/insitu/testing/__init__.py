@@ -13,6 +13,8 @@ and adapter proves itself against the same checks::
 from __future__ import annotations
 
 from insitu.testing.adapters import AdapterConformance, BatchSource, make_batches
+from insitu.testing.datasets import linear_regression_view
+from insitu.testing.recording import RecordingStore, is_chunk_key
 from insitu.testing.reference import ReferenceArray, reference_arrays, write_reference
 from insitu.testing.registration import (
     assert_entry_point,
@@ -27,12 +29,15 @@ from insitu.testing.transforms import TransformConformance
 __all__ = [
     "AdapterConformance",
     "BatchSource",
+    "RecordingStore",
     "ReferenceArray",
     "StoreConformance",
     "TransformConformance",
     "WrittenReference",
     "assert_entry_point",
     "assert_registers",
+    "is_chunk_key",
+    "linear_regression_view",
     "make_batches",
     "plugin_registrations",
     "reference_arrays",
