@@ -73,8 +73,10 @@ def tests_core(session: nox.Session) -> None:
 
 @nox.session(name="tests-stores", python=["3.11", "3.12"], venv_backend="uv", tags=["tests"])
 def tests_stores(session: nox.Session) -> None:
-    """insitu-stores: obstore and fsspec store builders, local-file round trips."""
-    session.install(*_editable("insitu-core[test]", "insitu-stores[fsspec,test]"))
+    """insitu-stores: obstore, fsspec, Icechunk, Arraylake, virtual FITS/HDF5, against a loopback S3 server."""
+    # The test extra holds every backend and the S3 server (moto); the Python decides the
+    # versions (icechunk 1.x / virtualizarr 2.5 on 3.11, icechunk 2.x / virtualizarr 2.8 on 3.12).
+    session.install(*_editable("insitu-core[test]", "insitu-stores[test]"))
     _pytest(session, "insitu-stores")
 
 

@@ -1,0 +1,138 @@
+"""Store errors: transient ones the engine retries, permanent ones that fail fast.
+
+Every backend (obstore, fsspec, Icechunk) raises its own exception types; the
+stores in this package translate them into these, so callers see one model:
+
+- :class:`TransientStoreError` (a ``ConnectionError``) and
+  :class:`StoreTimeoutError` (a ``TimeoutError``): 5xx, throttling, reset or
+  refused connections, per-request timeouts. insitu's ``RetryPolicy`` retries
+  exactly these families, so a chunk read that outlives the store's own
+  retries is retried again by the engine.
+- :class:`StorePermissionError` (a ``PermissionError``): 401/403, raised at
+  once, never retried.
+- :class:`StoreNotFoundError`: the bucket, container, repository or version
+  itself does not exist. A missing *key* is not an
+  error: ``Store.get`` returns ``None`` for it, as zarr expects.
+
+Messages name the URL (and key) and never contain credentials: each store
+knows its secret option values and scrubs them from any text it raises.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+#: Option names whose values are secrets, for every backend this package drives.
+SECRET_OPTIONS = frozenset(
+    {
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "token",
+        "key",
+        "secret",
+        "password",
+        "account_key",
+        "sas_key",
+        "sas_token",
+        "client_secret",
+        "bearer_token",
+        "service_account_key",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+    }
+)
+
+REDACTED = "***"
+
+# Icechunk's report decorations ("  x msg", "  |", "  `-> cause") in front of a message line.
+_DECORATION = re.compile(r"^[\s|`>-]*(?:x\s+)?")
+
+
+class StoreError(OSError):
+    """A store request failed; ``url`` and ``key`` say where."""
+
+    def __init__(self, message: str, *, url: str = "", key: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.key = key
+
+    def __str__(self) -> str:  # OSError would format (errno, strerror) when given two args
+        return str(self.args[0]) if self.args else ""
+
+
+class TransientStoreError(StoreError, ConnectionError):
+    """A failure that may succeed on retry (5xx, throttling, connection reset or refused)."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A request did not complete within the per-request timeout."""
+
+
+class StorePermissionError(StoreError, PermissionError):
+    """The credentials were refused (401) or lack permission (403)."""
+
+
+class StoreNotFoundError(StoreError):
+    """The bucket, container, repository or version does not exist (a missing key is not this).
+
+    Deliberately not a ``FileNotFoundError``: zarr reads that as "no metadata
+    here, try the next format" and would report an empty store instead.
+    """
+
+
+class Redactor:
+    """Removes known secret values from text (error messages, reprs)."""
+
+    def __init__(self, secrets: Iterable[object] = ()) -> None:
+        # Longest first, so a secret that contains another is removed whole.
+        found = {str(s) for s in secrets if isinstance(s, str) and len(s) >= 4}
+        self.secrets = tuple(sorted(found, key=len, reverse=True))
+
+    @classmethod
+    def from_options(cls, options: dict[str, object]) -> Redactor:
+        """Collect the values of secret-named options, nested dicts included."""
+        return cls(_secret_values(options))
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+def _secret_values(options: object) -> list[object]:
+    values: list[object] = []
+    if isinstance(options, dict):
+        for name, value in options.items():
+            if isinstance(value, dict):
+                values += _secret_values(value)
+            elif str(name).lower() in SECRET_OPTIONS:
+                values.append(value)
+    return values
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first non-empty line of a backend's message, cut to ``limit`` characters.
+
+    obstore and Icechunk append multi-line debug dumps; the first line carries
+    the method, URL and status.
+    """
+    for raw in text.splitlines():
+        line = _DECORATION.sub("", raw).strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+__all__ = [
+    "SECRET_OPTIONS",
+    "Redactor",
+    "StoreError",
+    "StoreNotFoundError",
+    "StorePermissionError",
+    "StoreTimeoutError",
+    "TransientStoreError",
+    "first_line",
+]

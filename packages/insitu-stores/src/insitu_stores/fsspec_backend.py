@@ -1,0 +1,399 @@
+"""fsspec: for filesystems obstore cannot reach (GCS over gRPC, custom or legacy filesystems).
+
+Async fsspec filesystems (s3fs, gcsfs, adlfs, HTTP) bind their client session to
+the event loop that first used them. A zarr store is used from several loops:
+zarr's own (opening metadata), the insitu engine's, a test's. So
+:class:`FsspecLoopStore` keeps one filesystem instance per running loop, each
+created inside that loop, instead of sharing one across loops (which fails or
+hangs once the first loop is busy or gone). Synchronous filesystems (local
+files) are wrapped by zarr and shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import importlib.util
+import os
+import re
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from zarr.abc.buffer import Buffer, BufferPrototype
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+from zarr.storage import FsspecStore
+
+from insitu_stores.errors import (
+    Redactor,
+    StoreError,
+    StoreNotFoundError,
+    StorePermissionError,
+    StoreTimeoutError,
+    TransientStoreError,
+    first_line,
+)
+from insitu_stores.locations import Location, parse_location
+from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+
+#: Schemes fsspec serves here; obstore is the default for those both serve.
+FSSPEC_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file")
+
+_BUCKET_MISSING = re.compile(
+    r"NoSuchBucket|ContainerNotFound|specified bucket does not exist|specified container does not exist",
+    re.IGNORECASE,
+)
+_TRANSIENT_TEXT = re.compile(
+    r"\b(?:500|502|503|504|429)\b|InternalError|Internal Server Error|Service ?Unavailable|Bad Gateway|"
+    r"Gateway Timeout|Too Many Requests|SlowDown|Throttl|"
+    r"Server ?Disconnected|Connection (?:reset|refused|closed|aborted)|Cannot connect",
+    re.IGNORECASE,
+)
+_PERMISSION_TEXT = re.compile(r"\b(?:401|403)\b|AccessDenied|Forbidden|InvalidAccessKeyId", re.IGNORECASE)
+_TRANSIENT_TYPES = (
+    "ClientConnectionError",
+    "ClientPayloadError",
+    "ServerDisconnectedError",
+    "EndpointConnectionError",
+    "ConnectionClosedError",
+    "IncompleteRead",
+)
+
+
+def fsspec_store(
+    url: str,
+    *,
+    read_only: bool = True,
+    anonymous: bool = False,
+    endpoint: str | None = None,
+    region: str | None = None,
+    requester_pays: bool = False,
+    allow_http: bool | None = None,
+    retry: StoreRetry | None = None,
+    **storage_options: Any,
+) -> FsspecLoopStore:
+    """A zarr store over ``url`` through fsspec (s3fs, gcsfs, adlfs, HTTP, local files...).
+
+    The options shared with :func:`~insitu_stores.obstore_store` map to each
+    filesystem's own spelling: ``anonymous`` (s3fs/adlfs ``anon=True``, gcsfs
+    ``token="anon"``), ``endpoint`` (``endpoint_url``), ``region``,
+    ``requester_pays``, and for S3 ``access_key_id`` / ``secret_access_key``
+    / ``session_token`` (s3fs ``key`` / ``secret`` / ``token``). Other
+    ``storage_options`` go to the filesystem unchanged. ``retry`` sets the
+    attempts, backoff and per-request timeout (s3fs's and botocore's own
+    retries are turned off for S3 so that this one policy applies).
+
+    ``allow_http`` is accepted for parity with obstore and not needed: fsspec
+    filesystems follow the endpoint's scheme.
+
+    Raises ``ImportError`` naming the package when the filesystem for the
+    URL's scheme is not installed, ``ValueError`` for a malformed URL.
+    """
+    if importlib.util.find_spec("fsspec") is None:
+        raise ImportError("fsspec_store needs fsspec: pip install 'insitu-stores[fsspec]'")
+    loc = parse_location(url)
+    retry = retry or DEFAULT_RETRY
+    options = _map_options(loc, anonymous, endpoint, region, requester_pays, retry, storage_options)
+    redact = Redactor.from_options(options)
+    try:
+        template = FsspecStore.from_url(url, storage_options=options, read_only=read_only)
+    except ImportError as exc:
+        package = {"s3": "s3", "gs": "gcs", "az": "azure", "http": "http", "https": "http"}.get(loc.service)
+        hint = f": pip install 'insitu-stores[{package}]'" if package else ""
+        raise ImportError(f"fsspec cannot open {url!r}: {redact(first_line(str(exc)))}{hint}") from None
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"cannot open {url!r} with fsspec: {redact(first_line(str(exc)))}") from None
+    if loc.service == "file" and read_only and not os.path.isdir(loc.prefix or "/"):
+        raise FileNotFoundError(errno.ENOENT, "no Zarr store at this path", loc.prefix)
+    return FsspecLoopStore(template, url=url, options=options, endpoint=endpoint, retry=retry, redact=redact)
+
+
+def _map_options(
+    loc: Location,
+    anonymous: bool,
+    endpoint: str | None,
+    region: str | None,
+    requester_pays: bool,
+    retry: StoreRetry,
+    given: dict[str, Any],
+) -> dict[str, Any]:
+    opts = dict(given)
+    service = loc.service
+    for name, value, applies in (
+        ("anonymous", anonymous, service in ("s3", "gs", "az")),
+        ("endpoint", endpoint, service in ("s3", "gs", "az")),
+        ("region", region, service == "s3"),
+        ("requester_pays", requester_pays, service in ("s3", "gs")),
+    ):
+        if value and not applies:
+            raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.url!r})")
+    if service == "s3":
+        for ours, theirs in (
+            ("access_key_id", "key"),
+            ("secret_access_key", "secret"),
+            ("session_token", "token"),
+        ):
+            if ours in opts:
+                opts[theirs] = opts.pop(ours)
+        if anonymous:
+            opts["anon"] = True
+        if endpoint:
+            opts["endpoint_url"] = endpoint
+        if region:
+            opts.setdefault("client_kwargs", {})["region_name"] = region
+        if requester_pays:
+            opts["requester_pays"] = True
+        # One retry policy (ours): botocore would otherwise retry on its own (s3fs's own
+        # retry count is a class attribute, set per instance in FsspecLoopStore._single_attempt).
+        config = dict(opts.get("config_kwargs") or {})
+        config.setdefault("retries", {"total_max_attempts": 1})
+        config.setdefault("connect_timeout", retry.connect_timeout_s)
+        if retry.timeout_s is not None:
+            config.setdefault("read_timeout", retry.timeout_s)
+        opts["config_kwargs"] = config
+    elif service == "gs":
+        if anonymous:
+            opts["token"] = "anon"
+        if endpoint:
+            opts["endpoint_url"] = endpoint
+        if requester_pays:
+            opts["requester_pays"] = True
+    elif service == "file":
+        opts.setdefault("auto_mkdir", True)  # zarr writes "a/zarr.json" before any "a/" exists
+    elif service == "az":
+        if anonymous:
+            opts["anon"] = True
+        if endpoint:
+            opts["account_host"] = endpoint
+    return opts
+
+
+class FsspecLoopStore(FsspecStore):
+    """``zarr.storage.FsspecStore`` with one filesystem per event loop and translated errors."""
+
+    def __init__(
+        self,
+        template: FsspecStore,
+        *,
+        url: str,
+        options: dict[str, Any],
+        endpoint: str | None = None,
+        retry: StoreRetry = DEFAULT_RETRY,
+        redact: Redactor | None = None,
+    ) -> None:
+        self.location = parse_location(url)
+        self._template_fs = self._single_attempt(template.fs)
+        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        super().__init__(
+            fs=template.fs,
+            path=template.path,
+            read_only=template.read_only,
+            allowed_exceptions=template.allowed_exceptions,
+        )
+        self.url = url
+        self.location = parse_location(url)
+        self.endpoint = endpoint
+        self.retry = retry
+        self._options = options
+        self._redact = redact or Redactor()
+        # Only async filesystems hold a loop-bound session; zarr's wrapper of a sync one does not.
+        self._loop_bound = bool(getattr(template.fs, "async_impl", False)) and not _is_sync_wrapper(
+            template.fs
+        )
+        # Async filesystems made with asynchronous=True never close their client session
+        # themselves; close each one when this store goes away (or on close()).
+        self._finalizer = weakref.finalize(self, _close_sessions, self._per_loop)
+
+    def close(self) -> None:
+        """Close the client session of every per-loop filesystem."""
+        self._finalizer()
+        super().close()
+
+    # zarr's FsspecStore reads ``self.fs`` everywhere: hand each loop its own instance.
+    @property
+    def fs(self) -> Any:
+        if not getattr(self, "_loop_bound", False):
+            return self._template_fs
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._template_fs
+        fs = self._per_loop.get(loop)
+        if fs is None:
+            fs = self._new_fs(loop)
+            self._per_loop[loop] = fs
+        return fs
+
+    @fs.setter
+    def fs(self, value: Any) -> None:
+        self._template_fs = value
+
+    def _new_fs(self, loop: asyncio.AbstractEventLoop) -> Any:
+        from fsspec import url_to_fs
+
+        fs, _ = url_to_fs(self.url, asynchronous=True, loop=loop, skip_instance_cache=True, **self._options)
+        return self._single_attempt(fs)
+
+    def _single_attempt(self, fs: Any) -> Any:
+        # s3fs retries some errors itself (``retries`` attempts, a class attribute); our policy
+        # owns retrying, so each call is one attempt.
+        if self.location.service == "s3" and isinstance(getattr(fs, "retries", None), int):
+            fs.retries = 1
+        return fs
+
+    def insitu_identity(self) -> str:
+        return f"fsspec:{self.url}@{self.endpoint or 'default'}"
+
+    def __str__(self) -> str:
+        return self.url if not self.endpoint else f"{self.url} (endpoint {self.endpoint})"
+
+    def __repr__(self) -> str:
+        return f"FsspecLoopStore({str(self)!r}, read_only={self.read_only})"
+
+    def with_read_only(self, read_only: bool = False) -> FsspecLoopStore:
+        clone = FsspecStore(
+            fs=self._template_fs,
+            path=self.path,
+            read_only=read_only,
+            allowed_exceptions=self.allowed_exceptions,
+        )
+        return FsspecLoopStore(
+            clone,
+            url=self.url,
+            options=self._options,
+            endpoint=self.endpoint,
+            retry=self.retry,
+            redact=self._redact,
+        )
+
+    # -- reads ---------------------------------------------------------------
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if not self._is_open:
+            await self._open()
+        raw = await self._guarded(key, lambda: self._cat(key, byte_range))
+        return None if raw is None else prototype.buffer.from_bytes(raw)
+
+    async def _cat(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+        path = f"{self.path.rstrip('/')}/{key}" if self.path else key
+        fs = self.fs
+        try:
+            if byte_range is None:
+                return await fs._cat_file(path)
+            if isinstance(byte_range, RangeByteRequest):
+                return await fs._cat_file(path, start=byte_range.start, end=byte_range.end)
+            if isinstance(byte_range, OffsetByteRequest):
+                return await fs._cat_file(path, start=byte_range.offset, end=None)
+            if isinstance(byte_range, SuffixByteRequest):
+                return await fs._cat_file(path, start=-byte_range.suffix, end=None)
+            raise TypeError(f"unexpected byte range {byte_range!r}")
+        except self.allowed_exceptions as exc:
+            self._raise_if_bucket_missing(exc)
+            return None
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        path = f"{self.path.rstrip('/')}/{key}" if self.path else key
+        return bool(await self._guarded(key, lambda: self.fs._exists(path)))
+
+    async def insitu_get(
+        self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
+    ) -> Any:
+        """Raw bytes of ``key`` (or a range); ``None`` if absent. See :meth:`ObstoreStore.insitu_get`."""
+        request: ByteRequest | None = None
+        if byte_range is not None:
+            request = RangeByteRequest(byte_range[0], byte_range[1])
+        elif suffix is not None:
+            request = SuffixByteRequest(suffix)
+        return await self._guarded(key, lambda: self._cat(key, request))
+
+    def _raise_if_bucket_missing(self, exc: BaseException) -> None:
+        if self.location.bucket and _BUCKET_MISSING.search(str(exc)):
+            where = f" at {self.endpoint}" if self.endpoint else ""
+            raise StoreNotFoundError(
+                f"bucket {self.location.bucket!r} does not exist{where} (opening {self.url})", url=self.url
+            )
+
+    async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
+        return await call_with_retry(op, retry=self.retry, translate=self._translate, key=key, url=self.url)
+
+    def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
+        where = self.location.join(key) if key else self.url
+        if self.endpoint:
+            where += f" (endpoint {self.endpoint})"
+        return translate_fsspec_error(exc, where, url=self.url, key=key, redact=self._redact)
+
+    # -- listings ------------------------------------------------------------
+    def list(self) -> AsyncIterator[str]:
+        return self._guard_listing(super().list())
+
+    def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        return self._guard_listing(super().list_prefix(prefix))
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        return self._guard_listing(super().list_dir(prefix))
+
+    async def _guard_listing(self, listing: AsyncIterator[str]) -> AsyncIterator[str]:
+        try:
+            async for key in listing:
+                yield key
+        except Exception as exc:
+            if isinstance(exc, FileNotFoundError):
+                self._raise_if_bucket_missing(exc)
+            err = self._translate(exc, None)
+            if err is None or isinstance(exc, FileNotFoundError):
+                raise
+            raise err from None
+
+
+def _close_sessions(per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]) -> None:
+    for loop, fs in list(per_loop.items()):
+        # s3fs keeps its client context in _s3creator, gcsfs and HTTP their aiohttp session in
+        # _session; each class's close_session(loop, session) closes it from another thread
+        # while the loop runs, or drops its connections when the loop is gone.
+        closer = getattr(type(fs), "close_session", None)
+        session = getattr(fs, "_s3creator", None) or getattr(fs, "_session", None)
+        if closer is None or session is None:
+            continue
+        # At exit the loop or the session may already be half gone; closing is best effort.
+        with contextlib.suppress(Exception):
+            if not loop.is_running() and not loop.is_closed():
+                exit_ = getattr(session, "__aexit__", None)
+                loop.run_until_complete(exit_(None, None, None) if exit_ else session.close())
+            else:
+                closer(loop, session)
+    per_loop.clear()
+
+
+def _is_sync_wrapper(fs: Any) -> bool:
+    return type(fs).__name__ == "AsyncFileSystemWrapper"
+
+
+def translate_fsspec_error(
+    exc: BaseException, where: str, *, url: str, key: str | None, redact: Redactor
+) -> StoreError | None:
+    """The store error for an fsspec/s3fs/aiohttp/botocore exception, or ``None``."""
+    if isinstance(exc, StoreError):
+        return exc
+    text = redact(first_line(str(exc)) or type(exc).__name__)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, PermissionError) or _PERMISSION_TEXT.search(str(exc)):
+        return StorePermissionError(f"permission denied reading {where}: {text}", url=url, key=key)
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or any("Timeout" in n for n in names):
+        return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
+    if isinstance(exc, ConnectionError) or names & set(_TRANSIENT_TYPES) or _TRANSIENT_TEXT.search(str(exc)):
+        return TransientStoreError(f"connection or server error reading {where}: {text}", url=url, key=key)
+    if isinstance(exc, OSError) or "ClientError" in names:
+        return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+    return None
+
+
+__all__ = ["FSSPEC_SCHEMES", "FsspecLoopStore", "fsspec_store", "translate_fsspec_error"]

@@ -1,0 +1,216 @@
+"""Transient errors are retried, permanent ones fail fast; bad input fails clearly; secrets never print."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from conftest import write_fits
+from s3_servers import ACCESS_KEY, SECRET_KEY, Fault, FaultProxy, S3Server, run
+from zarr.buffer import default_buffer_prototype
+
+import insitu
+from insitu.fetch import RetryPolicy
+from insitu_stores import (
+    NotAnImageError,
+    StoreNotFoundError,
+    StorePermissionError,
+    StoreRetry,
+    StoreTimeoutError,
+    TransientStoreError,
+    fsspec_store,
+    icechunk_store,
+    obstore_store,
+    virtual_store,
+)
+
+BUILDERS = {"obstore": obstore_store, "fsspec": fsspec_store}
+FAST = StoreRetry(retries=2, backoff_s=0.01, max_backoff_s=0.05, timeout_s=1.0, connect_timeout_s=1.0)
+
+
+def _get(store: Any, key: str) -> Any:
+    return run(store.get(key, default_buffer_prototype()))
+
+
+@pytest.fixture(scope="module")
+def data_bucket(s3: S3Server) -> str:
+    bucket = s3.new_bucket("errors")
+    arr = zarr.create_array(s3.zarr_store(bucket, "d.zarr"), shape=(12, 3), chunks=(2, 3), dtype="f4")
+    arr[...] = np.arange(36, dtype="f4").reshape(12, 3)
+    return bucket
+
+
+def _via_proxy(builder: str, proxy: FaultProxy, bucket: str, retry: StoreRetry = FAST) -> Any:
+    return BUILDERS[builder](
+        f"s3://{bucket}/d.zarr",
+        endpoint=proxy.endpoint,
+        access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY,
+        retry=retry,
+    )
+
+
+def _assert_no_secret(text: str) -> None:
+    assert SECRET_KEY not in text
+    assert ACCESS_KEY not in text
+
+
+# -- transient failures: retried with backoff, then a ConnectionError / TimeoutError --------------
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+@pytest.mark.parametrize("status", [500, 503])
+def test_server_errors_are_retried_until_they_pass(
+    builder: str, status: int, proxy: FaultProxy, data_bucket: str
+) -> None:
+    proxy.faults.append(Fault("d.zarr/c/0/0", f"status:{status}", times=2, method="GET"))
+    buf = _get(_via_proxy(builder, proxy, data_bucket), "c/0/0")
+    assert buf is not None
+    assert proxy.requests_to("d.zarr/c/0/0") >= 3  # two failures, then the answer
+
+
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+@pytest.mark.parametrize("action", ["status:503", "reset"])
+def test_persistent_transient_errors_raise_connection_error_after_the_retries(
+    builder: str, action: str, proxy: FaultProxy, data_bucket: str
+) -> None:
+    proxy.faults.append(Fault("d.zarr/c/1/0", action))
+    with pytest.raises(TransientStoreError) as info:
+        _get(_via_proxy(builder, proxy, data_bucket), "c/1/0")
+    assert isinstance(info.value, ConnectionError)  # what insitu's RetryPolicy retries
+    assert f"s3://{data_bucket}/d.zarr/c/1/0" in str(info.value)
+    assert proxy.requests_to("d.zarr/c/1/0") >= FAST.retries + 1
+    _assert_no_secret(str(info.value))
+
+
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+def test_a_request_that_hangs_times_out(builder: str, proxy: FaultProxy, data_bucket: str) -> None:
+    proxy.faults.append(Fault("d.zarr/c/2/0", "delay:3"))
+    once = StoreRetry(retries=0, timeout_s=0.5, connect_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(StoreTimeoutError) as info:
+        _get(_via_proxy(builder, proxy, data_bucket, once), "c/2/0")
+    assert isinstance(info.value, TimeoutError)
+    assert time.monotonic() - started < 2.5, "the per-request timeout, not the server, ended the wait"
+    assert "c/2/0" in str(info.value)
+
+
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+def test_forbidden_fails_fast_without_retry(builder: str, proxy: FaultProxy, data_bucket: str) -> None:
+    proxy.faults.append(Fault("d.zarr/c/3/0", "status:403"))
+    with pytest.raises(StorePermissionError) as info:
+        _get(_via_proxy(builder, proxy, data_bucket), "c/3/0")
+    assert isinstance(info.value, PermissionError)
+    assert f"s3://{data_bucket}/d.zarr/c/3/0" in str(info.value)
+    assert proxy.requests_to("d.zarr/c/3/0") <= 2, "a 403 is not retried"  # s3fs may HEAD before GET
+    _assert_no_secret(str(info.value))
+
+
+def test_engine_retries_what_the_store_gave_up_on(proxy: FaultProxy, data_bucket: str) -> None:
+    # The store tries twice per call; the first two calls fail (4 x 503), the engine's own
+    # RetryPolicy calls again, and the epoch completes with the right values.
+    proxy.faults.append(Fault("d.zarr/c/4/0", "status:503", times=4, method="GET"))
+    store = _via_proxy("obstore", proxy, data_bucket, StoreRetry(retries=1, backoff_s=0.01, timeout_s=2.0))
+    geoms = insitu.open_geometries(store)
+    (geom,) = geoms.values()
+    manifest = insitu.split_by_chunk(geom, (1.0,))
+    retry = RetryPolicy(retries=3, backoff_s=0.01)
+    seen = []
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=4, retry=retry) as ds:
+        for batch in ds.train:
+            (values,) = batch.values()
+            np.testing.assert_array_equal(
+                values, np.arange(36, dtype="f4").reshape(12, 3)[batch.sample_indices]
+            )
+            seen.extend(batch.sample_indices.tolist())
+    assert sorted(seen) == list(range(12))
+    assert proxy.requests_to("d.zarr/c/4/0") == 5
+
+
+# -- permanent errors and bad input ---------------------------------------------------------------
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+def test_wrong_bucket_names_the_bucket(builder: str, s3: S3Server) -> None:
+    store = BUILDERS[builder]("s3://no-such-bucket/data.zarr", **s3.options())
+    with pytest.raises(StoreNotFoundError, match="bucket 'no-such-bucket' does not exist") as info:
+        insitu.open_geometries(store)
+    assert "s3://no-such-bucket/data.zarr" in str(info.value)
+    with pytest.raises(StoreNotFoundError, match="no-such-bucket"):
+        _get(store, "zarr.json")
+
+
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+def test_missing_array_names_the_array(builder: str, s3: S3Server, data_bucket: str) -> None:
+    store = insitu.open_store(f"s3://{data_bucket}", backend=builder, **s3.options())
+    with pytest.raises(insitu.ConfigError, match=r"no Zarr array or group .*'not-here\.zarr'"):
+        insitu.open_geometries(store, path="not-here.zarr")
+    store = insitu.open_store(f"s3://{data_bucket}/d.zarr", backend=builder, **s3.options())
+    assert _get(store, "c/99/0") is None, "a missing chunk is not an error"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("s3://", "nothing after 's3://'"),
+        ("s3:///data.zarr", "no bucket or container"),
+        ("s3://UPPER_case/data.zarr", "not a valid bucket name"),
+        ("s3://ab/data.zarr", "not a valid bucket name"),
+        ("://bucket/x", "malformed store URL"),
+        ("icechunk+s3://bucket/repo?branch=a&tag=b", "at most one of"),
+        ("icechunk+s3://bucket/repo?color=red", "may only set one of"),
+    ],
+)
+def test_malformed_urls_say_what_is_wrong(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem) as info:
+        insitu.open_store(url, anonymous=True)
+    assert repr(url) in str(info.value), "the message quotes the URL"
+
+
+def test_option_for_another_scheme_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"requester_pays= does not apply to gs:// URLs"):
+        obstore_store("gs://bucket/data.zarr", requester_pays=True)
+    with pytest.raises(ValueError, match=r"endpoint= does not apply to https:// URLs"):
+        fsspec_store("https://example.com/data.zarr", endpoint="http://127.0.0.1:1")
+
+
+def test_non_image_fits_hdu_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "obs.fits"
+    write_fits(path)
+    with pytest.raises(
+        NotAnImageError, match=r"HDU 'TAB' \(index 2\) of file://.*obs\.fits is a binary table"
+    ):
+        virtual_store(str(path), hdus=["TAB"])
+
+
+def test_fits_file_without_an_image_is_refused(tmp_path: Path) -> None:
+    from astropy.io import fits
+
+    col = fits.Column(name="flux", format="E", array=np.arange(4, dtype="float32"))
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns([col], name="SPEC")]).writeto(
+        tmp_path / "t.fits"
+    )
+    with pytest.raises(NotAnImageError, match=r"no image HDU with data .*'SPEC' \(binary table\)"):
+        virtual_store(str(tmp_path / "t.fits"))
+
+
+# -- credentials never printed ---------------------------------------------------------------------
+@pytest.mark.parametrize("builder", sorted(BUILDERS))
+def test_credentials_stay_out_of_reprs_and_messages(builder: str, s3: S3Server) -> None:
+    store = BUILDERS[builder]("s3://no-such-bucket/x.zarr", **s3.options())
+    for text in (repr(store), str(store)):
+        _assert_no_secret(text)
+    with pytest.raises(StoreNotFoundError) as info:
+        insitu.open_geometries(store)
+    _assert_no_secret(str(info.value))
+    _assert_no_secret(repr(info.value))
+    with pytest.raises(ValueError, match="no bucket") as bad:
+        BUILDERS[builder]("s3:///x.zarr", **s3.options())
+    _assert_no_secret(str(bad.value))
+
+
+def test_icechunk_credentials_stay_out_of_messages(s3: S3Server) -> None:
+    with pytest.raises(StoreNotFoundError) as info:
+        icechunk_store(f"icechunk+s3://{s3.new_bucket('empty')}/nothing", **s3.options())
+    assert "no Icechunk repository at icechunk+s3://" in str(info.value)
+    _assert_no_secret(str(info.value))
