@@ -30,6 +30,7 @@ EXPORTS: dict[str, Export] = {
     "fsspec_store": Export("stores", "fsspec", "insitu-stores"),
     "icechunk_store": Export("stores", "icechunk", "insitu-stores"),
     "arraylake_store": Export("stores", "arraylake", "insitu-stores"),
+    "virtual_store": Export("stores", "virtual", "insitu-stores"),
     "StandardScaler": Export("transforms", "StandardScaler", "insitu-transforms"),
 }
 

@@ -29,6 +29,7 @@ MODES = ("r", "r+", "a", "w", "w-")
 #: Where to get a store for the usual cloud schemes when no plugin serves them.
 SCHEME_PACKAGES: dict[str, str] = {
     "s3": "insitu-stores[s3]",
+    "s3a": "insitu-stores[s3]",
     "gs": "insitu-stores[gcs]",
     "gcs": "insitu-stores[gcs]",
     "az": "insitu-stores[azure]",
@@ -38,6 +39,11 @@ SCHEME_PACKAGES: dict[str, str] = {
     "http": "insitu-stores[http]",
     "https": "insitu-stores[http]",
     "icechunk": "insitu-stores[icechunk]",
+    "icechunk+file": "insitu-stores[icechunk]",
+    "icechunk+s3": "insitu-stores[icechunk]",
+    "icechunk+gs": "insitu-stores[icechunk]",
+    "icechunk+gcs": "insitu-stores[icechunk]",
+    "icechunk+az": "insitu-stores[icechunk]",
     "arraylake": "insitu-stores[arraylake]",
 }
 
