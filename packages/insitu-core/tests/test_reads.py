@@ -76,3 +76,43 @@ def test_sharded_reads_coalesce_inner_chunks(tmp_path: Path) -> None:
     assert set(shard_gets.values()) == {2}
     ranges = [r for k, r in store.reads if k.startswith("x/c/")]
     assert sum(type(r).__name__ == "RangeByteRequest" for r in ranges) == 4
+
+
+class MultiRangeStore(CountingStore):
+    """A store that also serves several byte ranges of one object per call (as obstore can)."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.multi_calls: list[tuple[str, list[tuple[int, int]]]] = []
+
+    async def insitu_get_ranges(self, key: str, ranges: list[tuple[int, int]]):
+        from zarr.abc.store import RangeByteRequest
+        from zarr.buffer import default_buffer_prototype
+
+        self.multi_calls.append((key, list(ranges)))
+        out = []
+        for start, end in ranges:
+            buf = await self._store.get(key, default_buffer_prototype(), RangeByteRequest(start, end))
+            if buf is None:
+                return None
+            out.append(buf.to_bytes())
+        return out
+
+
+def test_sparse_shard_reads_use_one_multi_range_request(tmp_path: Path) -> None:
+    data = field(32, (4, 6), seed=4)
+    write_array(tmp_path, "x", data, (1, 4, 6), shards=(16, 4, 6))
+    store = MultiRangeStore(LocalStore(tmp_path, read_only=True))
+    geoms = insitu.open_geometries(store)
+    # Chunks dealt at random between two splits: the inner chunks train wants from a shard are
+    # scattered, so they form several runs (a zero coalescing gap keeps runs apart).
+    manifest = insitu.split_by_chunk(geoms["x"], (0.5, 0.5), contiguous=False, seed=3)
+    with insitu.InSituDataset(store, manifest, batch_size=4, block_chunks=32, shuffle=False) as ds:
+        ds._engine.readers["x"].coalesce_gap = 0
+        got = {int(i): row for b in ds.train for i, row in zip(b.sample_indices, b["x"], strict=True)}
+    assert sorted(got) == manifest.samples("train").tolist()
+    for i, row in got.items():
+        np.testing.assert_array_equal(row, data[i])
+    assert store.multi_calls, "the multi-range path was not used"
+    assert {key for key, _ in store.multi_calls} <= {"x/c/0/0/0", "x/c/1/0/0"}
+    assert all(len(r) > 1 for _, r in store.multi_calls)

@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,12 +73,28 @@ class ChunkFetcher:
             request = RangeByteRequest(byte_range[0], byte_range[1])
         elif suffix is not None:
             request = SuffixByteRequest(suffix)
+        buf = await self._retrying(lambda: self.store.get(key, self._prototype, byte_range=request))
+        return None if buf is None else buf.as_numpy_array()
+
+    @property
+    def reads_many_ranges(self) -> bool:
+        """True when the store fetches several byte ranges of one object in one call."""
+        return self._root is None and callable(getattr(self.store, "insitu_get_ranges", None))
+
+    async def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Any] | None:
+        """Several ``[start, end)`` ranges of one object in one request (``insitu_get_ranges``);
+        None if the object does not exist."""
+        fetch = self.store.insitu_get_ranges  # type: ignore[attr-defined]
+        parts = await self._retrying(lambda: fetch(key, ranges))
+        return None if parts is None else [memoryview(p) for p in parts]
+
+    async def _retrying(self, request: Callable[[], Awaitable[Any]]) -> Any:
+        """``await request()`` with the per-attempt timeout, retrying transient errors with backoff."""
         attempt = 0
         while True:
             try:
-                coro = self.store.get(key, self._prototype, byte_range=request)
-                buf = await (asyncio.wait_for(coro, self.retry.timeout_s) if self.retry.timeout_s else coro)
-                return None if buf is None else buf.as_numpy_array()
+                coro = request()
+                return await (asyncio.wait_for(coro, self.retry.timeout_s) if self.retry.timeout_s else coro)
             except self.retry.transient:
                 if attempt >= self.retry.retries:
                     raise

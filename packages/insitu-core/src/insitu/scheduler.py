@@ -191,8 +191,27 @@ class Engine:
                 self._job(path, reader, apool, [self._item(apool, fill, [by_slab[s] for s, _ in missing])])
             )
         items = [self._item(apool, read, [by_slab[s] for s in slabs]) for slabs, read in reads]
-        if items:
+        if len(items) > 1 and self.fetcher.reads_many_ranges:
+            # Several runs of one shard (a sparse selection): one multi-range request, not one per run.
+            await self._fetch_ranges_then_decode(path, reader, apool, reader.shard_key(shard), items)
+        elif items:
             self._dispatch(path, reader, apool, items)
+
+    async def _fetch_ranges_then_decode(
+        self, path: str, reader: ArrayReader, apool: ArrayPool, key: str, items: list[ReadItem]
+    ) -> None:
+        ranges = [item.read.byte_range for item in items]
+        try:
+            async with self.inflight:
+                self.stats.reads += 1
+                parts = await self.fetcher.get_ranges(key, [r for r in ranges if r is not None])
+        except Exception as exc:
+            for item in items:
+                self._fail_pieces(path, apool, item, exc)
+            return
+        for i, item in enumerate(items):
+            item.raw = None if parts is None else parts[i]
+        self.pump.submit(self._job(path, reader, apool, items))
 
     @staticmethod
     def _item(apool: ArrayPool, read: Read, targets: list[Slab]) -> ReadItem:
