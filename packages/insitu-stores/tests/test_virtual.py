@@ -12,6 +12,7 @@ import zarr
 from conftest import write_fits
 
 import insitu
+from insitu.testing import ReadOnlyStoreConformance
 from insitu_stores import VirtualStore, virtual_store
 
 
@@ -136,3 +137,16 @@ def test_netcdf4_is_read_as_hdf5(tmp_path: Path) -> None:
         f.create_dataset("sst", data=values, chunks=(2, 5))
     arr = zarr.open_array(virtual_store(str(tmp_path / "d.nc")), path="sst", mode="r")
     np.testing.assert_array_equal(arr[...], values)
+
+
+class TestVirtualFITSConformance(ReadOnlyStoreConformance):
+    """The virtual store cannot be written through, so it runs the kit's read-only suite."""
+
+    def open_store(self) -> Any:
+        if not (self.tmp_path / "k.fits").exists():
+            self._expected = write_fits(self.tmp_path / "k.fits", seed=3)
+        return virtual_store(str(self.tmp_path / "k.fits"), chunk_rows=4)
+
+    def expected(self) -> dict[str, np.ndarray]:
+        self.open_store()
+        return self._expected

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from insitu.testing.adapters import AdapterConformance, BatchSource, make_batches
 from insitu.testing.datasets import linear_regression_view
+from insitu.testing.readonly import ReadOnlyStoreConformance
 from insitu.testing.recording import RecordingStore, is_chunk_key
 from insitu.testing.reference import ReferenceArray, reference_arrays, write_reference
 from insitu.testing.registration import (
@@ -29,6 +30,7 @@ from insitu.testing.transforms import TransformConformance
 __all__ = [
     "AdapterConformance",
     "BatchSource",
+    "ReadOnlyStoreConformance",
     "RecordingStore",
     "ReferenceArray",
     "StoreConformance",
