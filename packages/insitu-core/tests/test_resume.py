@@ -173,3 +173,13 @@ def test_ranks_equal_batches_and_padding_is_marked(root: Path, uneven: str) -> N
     assert len(everything) == len(set(everything)), "no sample twice across ranks"
     if uneven == "pad":
         assert sorted(everything) == list(range(62)), "padding keeps every sample"
+
+
+def test_for_rank_shards_once_and_refuses_a_different_sharding(root: Path) -> None:
+    with _dataset(root, True) as ds:
+        view = ds.train.for_rank(1, 2, source="the launcher")
+        assert (view.rank, view.world_size) == (1, 2)
+        assert view.for_rank(1, 2) is view
+        assert ds.train.for_rank(0, 1).world_size == 1
+        with pytest.raises(ConfigError, match="sharded as rank 1 of 2, but the launcher says rank 0 of 2"):
+            view.for_rank(0, 2, source="the launcher")

@@ -137,7 +137,7 @@ def test_a_view_sharded_for_another_process_is_refused(runs: Any) -> None:
     _, (first, _) = runs
     for i, p in enumerate(first):
         assert p["wrong_shard_error"] == (
-            f"the view is sharded as rank {1 - i} of 2, but this is JAX process {i} of 2; "
-            "pass the unsharded view and let jax_iterator shard it"
+            f"the view is already sharded as rank {1 - i} of 2, but jax.process_index()/process_count() "
+            f"says rank {i} of 2; pass the unsharded view"
         )
         assert p["own_shard_rank"] == i

@@ -313,6 +313,19 @@ class DatasetView:
         """This split as seen by ``rank`` of ``world_size``: disjoint chunks, equal batch counts."""
         return self.dataset.view(self.split, rank=rank, world_size=world_size)
 
+    def for_rank(self, rank: int, world_size: int, *, source: str = "the caller") -> DatasetView:
+        """The view ``rank`` of ``world_size`` reads: this view sharded, or this view itself when it
+        is already sharded that way; sharded any other way is a ConfigError naming ``source``
+        (e.g. ``"torch.distributed"``), the authority for ``rank`` and ``world_size``."""
+        if self.world_size == 1:
+            return self.shard(rank, world_size) if world_size > 1 else self
+        if (self.rank, self.world_size) != (rank, world_size):
+            raise ConfigError(
+                f"the view is already sharded as rank {self.rank} of {self.world_size}, but {source} says "
+                f"rank {rank} of {world_size}; pass the unsharded view"
+            )
+        return self
+
     @property
     def _key(self) -> tuple[str, int, int]:
         return (self.split, self.rank, self.world_size)

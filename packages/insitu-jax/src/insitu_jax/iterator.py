@@ -161,14 +161,7 @@ def _process_view(
         raise TypeError(
             f"a multi-process JAX run needs an insitu view (ds.train) to shard, not {type(view).__name__}"
         )
-    if view.world_size == 1:
-        return view.shard(process_index, process_count)
-    if (view.rank, view.world_size) != (process_index, process_count):
-        raise ConfigError(
-            f"the view is sharded as rank {view.rank} of {view.world_size}, but this is JAX process "
-            f"{process_index} of {process_count}; pass the unsharded view and let jax_iterator shard it"
-        )
-    return view
+    return view.for_rank(process_index, process_count, source="jax.process_index()/process_count()")
 
 
 __all__ = ["JaxIterator", "global_batch_sharding", "jax_iterator"]

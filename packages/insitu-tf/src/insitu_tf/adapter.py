@@ -128,14 +128,7 @@ def rank_view(
         raise ConfigError(f"pass rank and world_size together (got rank={rank!r}, world_size={world_size!r})")
     if not isinstance(view, DatasetView):
         raise TypeError(f"sharding by rank needs an insitu view (ds.train), not {type(view).__name__}")
-    if view.world_size == 1:
-        return view.shard(rank, world_size)
-    if (view.rank, view.world_size) != (rank, world_size):
-        raise ConfigError(
-            f"the view is already sharded as rank {view.rank} of {view.world_size}, "
-            f"not rank {rank} of {world_size}; pass the unsharded view"
-        )
-    return view
+    return view.for_rank(rank, world_size, source="rank/world_size")
 
 
 def consumed_state(

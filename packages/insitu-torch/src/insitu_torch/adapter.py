@@ -113,17 +113,7 @@ def _rank_view(view: Any, rank: int | None, world_size: int | None) -> Any:
 
     if not (dist.is_available() and dist.is_initialized()):
         return view
-    dist_rank, dist_size = dist.get_rank(), dist.get_world_size()
-    mine = (getattr(view, "rank", 0), getattr(view, "world_size", 1))
-    if mine[1] > 1:
-        # Already sharded by the caller: fine if it agrees with the process group.
-        if mine != (dist_rank, dist_size):
-            raise ConfigError(
-                f"the view is sharded as rank {mine[0]} of {mine[1]} but torch.distributed says "
-                f"rank {dist_rank} of {dist_size}; pass rank= and world_size= to override"
-            )
-        return view
-    return view.shard(dist_rank, dist_size) if dist_size > 1 else view
+    return view.for_rank(dist.get_rank(), dist.get_world_size(), source="torch.distributed")
 
 
 def as_torch(
