@@ -65,6 +65,21 @@ class S3Server:
             response.read()
         return name
 
+    def icechunk_storage(self, bucket: str, prefix: str = "repo") -> Any:
+        """Icechunk storage for a repository under ``prefix`` in ``bucket`` on this server."""
+        import icechunk
+
+        return icechunk.s3_storage(
+            bucket=bucket,
+            prefix=prefix,
+            endpoint_url=self.endpoint,
+            allow_http=True,
+            region="us-east-1",
+            access_key_id=ACCESS_KEY,
+            secret_access_key=SECRET_KEY,
+            force_path_style=True,
+        )
+
     def make_public(self, bucket: str) -> None:
         """Allow unsigned reads and listings of ``bucket``, as a public dataset's bucket does."""
         import json

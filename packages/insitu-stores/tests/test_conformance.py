@@ -120,16 +120,7 @@ class TestIcechunkS3(_IcechunkReference):
     def repository(self) -> Any:
         import icechunk
 
-        storage = icechunk.s3_storage(
-            bucket=self.bucket,
-            prefix="repo",
-            endpoint_url=self.s3.endpoint,
-            allow_http=True,
-            region="us-east-1",
-            access_key_id="x",
-            secret_access_key="x",
-            force_path_style=True,
-        )
+        storage = self.s3.icechunk_storage(self.bucket)
         return icechunk.Repository.create(storage)
 
     def open_snapshot(self, repo: Any, snapshot: str) -> Store:

@@ -185,16 +185,7 @@ def test_s3_virtual_chunks_authorised_with_credentials(s3: S3Server, tmp_path: P
         obstore.put(raw, f"fits/{path.name}", path.read_bytes())
         refs.append((f"s3://{bucket}/fits/{path.name}", off, n))
     prefix = f"s3://{bucket}/fits/"
-    storage = icechunk.s3_storage(
-        bucket=bucket,
-        prefix="repo",
-        endpoint_url=s3.endpoint,
-        allow_http=True,
-        region="us-east-1",
-        access_key_id="x",
-        secret_access_key="x",
-        force_path_style=True,
-    )
+    storage = s3.icechunk_storage(bucket)
     container = icechunk.s3_store(
         region="us-east-1",
         endpoint_url=s3.endpoint,

@@ -105,16 +105,7 @@ def test_engine_reads_icechunk_repository_in_the_bucket(s3: S3Server) -> None:
     import icechunk
 
     bucket = s3.new_bucket("icechunk")
-    storage = icechunk.s3_storage(
-        bucket=bucket,
-        prefix="repo",
-        endpoint_url=s3.endpoint,
-        allow_http=True,
-        region="us-east-1",
-        access_key_id="x",
-        secret_access_key="x",
-        force_path_style=True,
-    )
+    storage = s3.icechunk_storage(bucket)
     repo = icechunk.Repository.create(storage)
     session = repo.writable_session("main")
     root = zarr.open_group(session.store, mode="w", zarr_format=3)
