@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from insitu.fetch import ChunkFetcher
+from insitu.memory import populate_for_write
 from insitu.reads import ArrayReader, Read
 
 
@@ -79,6 +80,9 @@ class DecodeJob(Job):
                 self.reader.fill(piece.coords, self.reader.geom.fill_value, view)
             return 0, [None] * len(item.views), True
         if len(read.pieces) == 1 and read.pieces[0].length is None:  # the common whole-chunk case
+            view = item.views[0]
+            if view.flags.c_contiguous:
+                populate_for_write(view)
             try:
                 self.reader.place(read.pieces[0].coords, raw, item.views[0])
                 return len(raw), [None], False
