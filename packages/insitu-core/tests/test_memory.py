@@ -15,7 +15,7 @@ from insitu.pool import allocate_arena
 def _mapping_of(addr: int) -> str:
     with open("/proc/self/maps") as f:
         for line in f:
-            span, rest = line.split(" ", 1)
+            span = line.split(" ", 1)[0]
             lo, hi = (int(x, 16) for x in span.split("-"))
             if lo <= addr < hi:
                 return line
@@ -26,12 +26,15 @@ def _mapping_of(addr: int) -> str:
 def test_arena_is_private_anonymous_memory() -> None:
     # A shared anonymous mapping is shmem: its first-touch page faults cost several
     # times more than private memory's, which made cold epochs decode-bound on faults.
-    geom = ArrayGeometry(name="a", path="a", shape=(64, 32, 32), dtype=np.dtype("f4"), chunk_shape=(8, 32, 32))
+    geom = ArrayGeometry(
+        name="a", path="a", shape=(64, 32, 32), dtype=np.dtype("f4"), chunk_shape=(8, 32, 32)
+    )
     arena = allocate_arena(geom, n_slots=4)
     line = _mapping_of(arena.ctypes.data)
     perms = line.split()[1]
     assert perms.endswith("p"), line
-    assert "/dev/zero" not in line and "SYSV" not in line, line
+    assert "/dev/zero" not in line, line
+    assert "SYSV" not in line, line
 
 
 @pytest.mark.parametrize("offset", [0, 1, 4095, 4097])

@@ -1,0 +1,223 @@
+"""What every engine runner shares: the run spec, store opening, timing and the result line.
+
+An engine runner is a script ``bench/suite/engines/run_<engine>.py`` started by the
+driver in a fresh interpreter (its own virtualenv where the engine needs one) as
+
+    python bench/suite/engines/run_<engine>.py SPEC.json
+
+It loads the spec, imports its engine, notes the interpreter's RSS floor,
+starts the clock, builds the loader, runs one cold epoch (and a warm one when
+the spec asks and the engine can), and prints one JSON result line last on
+stdout (``emit``). The driver measures the peak RSS of the whole process tree
+(DataLoader workers included) from outside.
+
+This module must import under every benchmark interpreter (Python 3.11 with
+zarr 3.1, Python 3.12 with zarr 3.4): numpy and zarr only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark dataset, as written by the driver (``data.py``)."""
+
+    name: str
+    root: str  # local path of the zarr group (also the source of the S3 copy)
+    variables: list[str]  # arrays in the group that make up one sample
+    n_samples: int  # length of the sample (time) axis
+    samples_per_chunk: int
+    shape: list[int]  # one sample's field shape, e.g. [181, 360]
+    dtype: str = "float32"
+    # (t, t+h) windows: each sample is variables at t and at t + window (0: no window).
+    window: int = 0
+    sharded: bool = False  # v3 sharding_indexed: samples_per_chunk is the inner chunk length
+    samples_per_shard: int = 0
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self.n_samples - self.window
+
+    @property
+    def sample_nbytes(self) -> int:
+        fields = len(self.variables) * (2 if self.window else 1)
+        return fields * int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Where the engine reads from: ``local`` disk, ``latency`` (local plus a delay per GET) or ``s3``."""
+
+    kind: str = "local"
+    latency_ms: float = 0.0
+    endpoint: str = ""  # s3: http://127.0.0.1:PORT (moto)
+    bucket: str = ""
+    prefix: str = ""  # s3: key prefix of the group
+
+
+@dataclass(frozen=True)
+class Spec:
+    engine: str
+    case: Case
+    store: StoreSpec
+    batch_size: int = 32
+    seed: int = 0
+    tuning: dict[str, Any] = field(default_factory=dict)
+    warm: bool = False  # also time a second (warm) epoch when the engine has a cache
+    max_seconds: float = 120.0  # slow engines stop early and report truncated=True
+
+    @classmethod
+    def load(cls, path: str) -> Spec:
+        with open(path) as f:
+            raw = json.load(f)
+        return cls(
+            engine=raw["engine"],
+            case=Case(**raw["case"]),
+            store=StoreSpec(**raw.get("store", {})),
+            batch_size=raw.get("batch_size", 32),
+            seed=raw.get("seed", 0),
+            tuning=raw.get("tuning", {}),
+            warm=raw.get("warm", False),
+            max_seconds=raw.get("max_seconds", 120.0),
+        )
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@dataclass
+class Result:
+    samples: int  # samples delivered in the cold epoch
+    bytes: int  # bytes of sample data delivered in the cold epoch (all fields)
+    elapsed_s: float  # construction -> last batch of the cold epoch
+    ttfb_s: float  # construction -> first batch in hand
+    floor_rss: int  # this process's RSS after imports, before construction (bytes)
+    warm_elapsed_s: float | None = None  # second epoch, when run
+    warm_samples: int | None = None
+    truncated: bool = False  # stopped at max_seconds before the epoch ended
+    checksum: float = 0.0  # sum of batch_sum over the epoch, to cross-check engines
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific notes (e.g. stats)
+
+
+def rss_now() -> int:
+    """This process's resident set size in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def emit(result: Result) -> None:
+    """Print the result line the driver reads (always the last stdout line)."""
+    sys.stdout.flush()
+    print(json.dumps(asdict(result)), flush=True)
+
+
+def batch_sum(*arrays: Any) -> float:
+    """Checksum contribution of one batch's arrays: float64 sum of every 251st value of each sample.
+
+    Order-independent across batches and samples, so engines delivering the same
+    samples agree; sparse so that checking costs the consumer next to nothing
+    (summing every value would add a full extra pass over memory to the timing).
+    Arrays have the sample axis first; torch CPU tensors are accepted.
+    """
+    total = 0.0
+    for a in arrays:
+        a = np.asarray(a)
+        total += float(a.reshape(len(a), -1)[:, ::251].sum(dtype=np.float64))
+    return total
+
+
+def open_zarr_store(spec: Spec) -> Any:
+    """The spec's store as a zarr v3 Store (works with zarr 3.1 and 3.4).
+
+    ``latency``: a local store whose every get waits ``latency_ms`` first (a
+    cloud round trip; concurrent gets overlap their waits, as they would over a
+    network). ``s3``: obstore's S3 client against the loopback server, wrapped
+    by zarr's ObjectStore, plus the latency when one is given.
+    """
+    from zarr.storage import LocalStore
+
+    s = spec.store
+    if s.kind in ("local", "latency"):
+        store: Any = LocalStore(spec.case.root, read_only=True)
+    elif s.kind == "s3":
+        from obstore.store import S3Store
+        from zarr.storage import ObjectStore
+
+        store = ObjectStore(
+            S3Store(
+                s.bucket,
+                prefix=s.prefix,
+                endpoint=s.endpoint,
+                region="us-east-1",
+                access_key_id="bench",
+                secret_access_key="bench-secret",
+                client_options={"allow_http": True},
+            ),
+            read_only=True,
+        )
+    else:
+        raise ValueError(f"unknown store kind {s.kind!r}; expected local, latency or s3")
+    if s.latency_ms > 0:
+        store = latency_store(store, s.latency_ms / 1e3)
+    return store
+
+
+def latency_store(store: Any, delay_s: float) -> Any:
+    """``store`` with ``delay_s`` added before every get (zarr WrapperStore; picklable)."""
+    return _LatencyStore(store, delay_s)
+
+
+try:
+    from zarr.storage import WrapperStore as _WrapperStore
+except ImportError:  # pragma: no cover - zarr < 3.0.x without WrapperStore
+    _WrapperStore = None  # type: ignore[assignment,misc]
+
+
+class _LatencyStore(_WrapperStore):  # type: ignore[misc,valid-type]
+    def __init__(self, store: Any, delay_s: float) -> None:
+        super().__init__(store)
+        self.delay_s = delay_s
+
+    def _with_store(self, store: Any) -> _LatencyStore:
+        return type(self)(store, self.delay_s)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # DataLoader workers get their own copy
+        return (_LatencyStore, (self._store, self.delay_s))
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        await asyncio.sleep(self.delay_s)
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+        await asyncio.sleep(self.delay_s)
+        return list(await self._store.get_partial_values(prototype, key_ranges))
+
+    def insitu_identity(self) -> str:  # lets insitu's persisted caches tell stores apart
+        return f"latency{self.delay_s}:{self._store}"
+
+
+class Clock:
+    """Construction-relative timing: ``start()`` before building the loader, ``first()`` at the first batch."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.ttfb = 0.0
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def first(self) -> None:
+        self.ttfb = time.perf_counter() - self.t0
+
+    def since_start(self) -> float:
+        return time.perf_counter() - self.t0

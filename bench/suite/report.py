@@ -1,0 +1,459 @@
+"""Tables, plots and the docs section from the driver's results (``suite.json``).
+
+    python bench/suite/report.py bench/results/suite.json [--out DIR] [--docs]
+
+writes ``suite.md`` (and prints it) and the plots; ``--docs`` puts the plots in
+``docs/img/bench/`` and rewrites the part of ``docs/benchmarks.md`` between
+``<!-- bench:results:start -->`` and ``<!-- bench:results:end -->``.
+
+Results JSON (schema 1), as ``driver.py`` writes it:
+
+- ``schema`` (1), ``created`` (ISO time, UTC), ``command``, ``mode`` (quick|full),
+  ``wall_s`` (the whole run);
+- ``settings``: ``samples``, ``repeats``, ``batch_size``, ``max_seconds`` (cold-epoch cap),
+  ``engine_max_seconds`` (tighter caps per engine), ``latency_ms``;
+- ``machine``: ``cpus``, ``cpu_model``, ``ram_GB``, ``platform``;
+- ``interpreters``: engine -> ``{executable, python, modules, packages}`` (package
+  versions of the interpreter that ran it);
+- ``cases``: name -> ``common.Case`` fields plus ``sample_nbytes``;
+- ``plan``: condition -> ``[[case, [engines]]]`` (``best-worker``: the best local
+  worker stack of that case);
+- ``notes``: skipped engines and other remarks;
+- ``rows``: one per run: ``condition``, ``case``, ``engine``, ``tuning`` (dict),
+  ``tuning_label``, ``repeat``, ``interpreter``, ``status``
+  (ok|unsupported|error|timeout), ``reason`` (unsupported), ``error`` (one line: the
+  exception, the wrong sample count or the timeout), ``error_tail`` (end of stderr), ``returncode``, ``wall_s`` (process start to exit), ``peak_rss_tree`` (bytes,
+  summed over the runner and its descendants), ``max_procs``; for ok rows the
+  runner's ``common.Result`` fields (``samples``, ``bytes``, ``elapsed_s``,
+  ``ttfb_s``, ``floor_rss``, ``warm_elapsed_s``, ``warm_samples``, ``truncated``,
+  ``checksum``, ``extra``) and derived ``samples_per_s``, ``MBps`` (1e6 bytes/s of
+  delivered sample data), ``ttfb_ms``, ``peak_rss_MB``, ``warm_samples_per_s``,
+  ``warm_MBps``, ``checksum_ok``;
+- ``summary``: per (condition, case, engine, tuning_label): ``tuning``, ``runs``, ``ok``,
+  ``statuses``, ``truncated``, ``problems`` and the median over ok runs of
+  ``samples_per_s``, ``MBps``, ``ttfb_ms``, ``peak_rss_MB``, ``warm_samples_per_s``,
+  ``warm_MBps``, ``wall_s``;
+- ``best``: the summary entry with the highest median MB/s per (condition, case, engine);
+- ``checks``: ``checksum_mismatches`` (case, condition, engine, tuning_label, repeat,
+  checksum, reference) and ``errors`` (failed or timed-out runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
+CEILINGS = ("ceiling_decode", "ceiling_gather", "ceiling_rawget")
+ENGINE_ORDER = ("insitu", "insitubatch", *WORKER_STACKS, "naive", "simple", *CEILINGS)
+CASE_ORDER = ("c1", "c2", "c8", "c32", "multivar", "window", "sharded")
+CONDITION_TITLES = {
+    "local": "local disk",
+    "latency": "local disk + {latency_ms:g} ms per GET",
+    "s3": "S3 (moto server on loopback)",
+}
+START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+COLORS = {
+    "insitu": "tab:blue",
+    "insitubatch": "tab:orange",
+    "xbatcher": "tab:green",
+    "workers": "tab:red",
+    "chunkaware": "tab:purple",
+    "naive": "tab:brown",
+    "simple": "tab:pink",
+    "ceiling_decode": "black",
+    "ceiling_gather": "tab:gray",
+    "ceiling_rawget": "tab:olive",
+}
+
+
+def _order(items: list[str], order: tuple[str, ...]) -> list[str]:
+    return sorted(items, key=lambda x: (order.index(x) if x in order else len(order), x))
+
+
+def _best(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(b["condition"], b["case"], b["engine"]): b for b in results.get("best", [])}
+
+
+def _fmt(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "–" if not a or not b else f"{a / b:.2f}×"
+
+
+def _mismatched(results: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    return {
+        (m["condition"], m["case"], m["engine"], m["tuning_label"])
+        for m in results.get("checks", {}).get("checksum_mismatches", [])
+    }
+
+
+def tables(results: dict[str, Any]) -> str:
+    """Markdown: one table per condition, a cold/warm table and the checks."""
+    best = _best(results)
+    bad = _mismatched(results)
+    settings = results.get("settings", {})
+    lines: list[str] = []
+    conditions = [c for c in ("local", "latency", "s3") if any(k[0] == c for k in best)]
+    for cond in conditions:
+        title = CONDITION_TITLES[cond].format(latency_ms=settings.get("latency_ms", 20))
+        lines += [
+            f"### {cond}: {title}",
+            "",
+            "| case | engine | best tuning | samples/s | MB/s | TTFB ms | peak RSS MB (tree) "
+            "| vs insitubatch | vs best worker stack | vs decode ceiling |",
+            "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        cases = _order(list({k[1] for k in best if k[0] == cond}), CASE_ORDER)
+        for case in cases:
+            ib = best.get((cond, case, "insitubatch"), {}).get("MBps")
+            workers = [best.get((cond, case, w), {}).get("MBps") for w in WORKER_STACKS]
+            bw = max((w for w in workers if w), default=None)
+            ceiling = next(
+                (
+                    b["MBps"]
+                    for (c, k, e), b in best.items()
+                    if k == case and e == "ceiling_decode" and b["MBps"]
+                ),
+                None,
+            )
+            engines = _order([k[2] for k in best if k[0] == cond and k[1] == case], ENGINE_ORDER)
+            for engine in engines:
+                b = best[(cond, case, engine)]
+                label = b["tuning_label"]
+                if b["MBps"] is None:
+                    why = "; ".join(b.get("problems", [])) or "no result"
+                    lines.append(
+                        f"| {case} | {engine} | {b['statuses'][0]}: {why[:80]} |  |  |  |  |  |  |  |"
+                    )
+                    continue
+                flags = " (truncated)" if b.get("truncated") else ""
+                if (cond, case, engine, label) in bad:
+                    flags += " **checksum mismatch**"
+                lines.append(
+                    f"| {case} | {engine}{flags} | {label} | {_fmt(b['samples_per_s'])} | {_fmt(b['MBps'])} "
+                    f"| {_fmt(b['ttfb_ms'], 1)} | {_fmt(b['peak_rss_MB'])} | {_ratio(b['MBps'], ib)} "
+                    f"| {_ratio(b['MBps'], bw)} | {_ratio(b['MBps'], ceiling)} |"
+                )
+        if any(k[0] == cond and k[2] == "ceiling_rawget" for k in best):
+            lines += ["", "ceiling_rawget's MB/s counts stored (compressed) bytes; compare its samples/s."]
+        lines.append("")
+    warm = [b for b in best.values() if b.get("warm_MBps")]
+    if warm:
+        lines += [
+            "### Cold vs warm epoch",
+            "",
+            "| condition | case | engine | tuning | cold MB/s | warm MB/s | warm / cold |",
+            "|---|---|---|---|--:|--:|--:|",
+        ]
+        warm.sort(
+            key=lambda b: (
+                ("local", "latency", "s3").index(b["condition"]),
+                CASE_ORDER.index(b["case"]) if b["case"] in CASE_ORDER else len(CASE_ORDER),
+                ENGINE_ORDER.index(b["engine"]) if b["engine"] in ENGINE_ORDER else len(ENGINE_ORDER),
+            )
+        )
+        for b in warm:
+            lines.append(
+                f"| {b['condition']} | {b['case']} | {b['engine']} | {b['tuning_label']} | {_fmt(b['MBps'])} "
+                f"| {_fmt(b['warm_MBps'])} | {_ratio(b['warm_MBps'], b['MBps'])} |"
+            )
+        lines.append("")
+    lines += _checks(results)
+    return "\n".join(lines)
+
+
+def _checks(results: dict[str, Any]) -> list[str]:
+    checks = results.get("checks", {})
+    out = ["### Checks", ""]
+    mism = checks.get("checksum_mismatches", [])
+    if mism:
+        out.append(
+            f"**{len(mism)} runs delivered data whose checksum disagrees with the rest of their case:**"
+        )
+        out.append("")
+        out += [
+            f"- {m['condition']} {m['case']} {m['engine']} [{m['tuning_label']}] repeat {m['repeat']}: "
+            f"{m['checksum']!r} (others: {m['reference']!r})"
+            for m in mism
+        ]
+    else:
+        out.append("- Checksums agree across engines for every case (relative tolerance 1e-6).")
+    errors = checks.get("errors", [])
+    if errors:
+        out.append(f"- {len(errors)} runs failed or timed out:")
+        out += [
+            f"  - {e['condition']} {e['case']} {e['engine']} [{e['tuning_label']}] repeat {e['repeat']}: "
+            f"{e['status']}: {(e.get('error') or '?')[:200]}"
+            for e in errors[:20]
+        ]
+        if len(errors) > 20:
+            out.append(f"  - … and {len(errors) - 20} more (see the JSON)")
+    unsupported = sorted(
+        {
+            (r["engine"], r["case"], r["condition"], r.get("reason", ""))
+            for r in results.get("rows", [])
+            if r["status"] == "unsupported"
+        }
+    )
+    for engine, case, cond, reason in unsupported:
+        out.append(f"- unsupported: {engine} on {case} ({cond}): {reason}")
+    truncated = sorted(
+        {(b["engine"], b["case"], b["condition"]) for b in results.get("best", []) if b.get("truncated")}
+    )
+    if truncated:
+        settings = results.get("settings", {})
+        caps = settings.get("engine_max_seconds") or {}
+        out.append(
+            "- stopped early at the time cap (rates over the samples delivered): "
+            + ", ".join(
+                f"{e} {c} ({k}, {caps.get(e, settings.get('max_seconds'))} s)" for e, c, k in truncated
+            )
+        )
+    out += [f"- {n}" for n in results.get("notes", [])]
+    out.append("")
+    return out
+
+
+def header(results: dict[str, Any]) -> str:
+    s = results.get("settings", {})
+    m = results.get("machine", {})
+    return (
+        f"{results.get('mode', '?')} mode: {s.get('samples')} samples per case (181×360 float32 fields, zstd), "
+        f"batch {s.get('batch_size')}, medians of {s.get('repeats')} fresh processes per engine and tuning; "
+        f"{m.get('cpus')} CPUs ({m.get('cpu_model', '?')}), {m.get('ram_GB')} GB RAM. "
+        "MB/s counts delivered sample bytes; TTFB is from construction (store opening included) to the "
+        "first batch; peak RSS sums the runner and all its child processes. Ratios divide MB/s by the "
+        "best insitubatch, the best worker stack (xbatcher, workers, chunkaware) and the decode ceiling "
+        "of the same case.\n"
+    )
+
+
+def machine_text(results: dict[str, Any]) -> str:
+    m = results.get("machine", {})
+    lines = [
+        f"- Machine: {m.get('cpus')} CPUs, {m.get('cpu_model', 'unknown CPU')}, {m.get('ram_GB')} GB RAM, "
+        f"{m.get('platform', '')}",
+    ]
+    by_python: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for engine, info in (results.get("interpreters") or {}).items():
+        if info:
+            by_python.setdefault(info["executable"], (info, []))[1].append(engine)
+    for info, engines in by_python.values():
+        pkgs = ", ".join(f"{k} {v}" for k, v in sorted(info.get("packages", {}).items()))
+        lines.append(f"- Python {info['python']} ({', '.join(_order(engines, ENGINE_ORDER))}): {pkgs}")
+    lines.append(f"- Command: `{results.get('command', '')}` ({results.get('created', '')})")
+    if results.get("wall_s"):
+        lines.append(f"- Wall time of the run: {results['wall_s']:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+# --- plots ----------------------------------------------------------------------------------------
+
+
+def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
+    """PNGs: throughput vs samples per chunk, TTFB, peak RSS, cold vs warm. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img_dir.mkdir(parents=True, exist_ok=True)
+    best = _best(results)
+    written: list[Path] = []
+    cases = results.get("cases", {})
+
+    # Throughput vs samples per chunk (single-variable cases), one panel per condition. The decode
+    # ceiling is store-free (measured once per case) and drawn on every panel; away from local disk
+    # the worker stacks are one line, the best of them per case.
+    spectrum = [c for c in ("c1", "c2", "c8", "c32") if c in cases]
+    conds = [c for c in ("local", "latency") if any(k[0] == c and k[1] in spectrum for k in best)]
+    if spectrum and conds:
+        spc = {c: cases[c]["samples_per_chunk"] for c in spectrum}
+        decode = {k: b["MBps"] for (_, k, e), b in best.items() if e == "ceiling_decode" and b["MBps"]}
+        fig, axes = plt.subplots(1, len(conds), figsize=(6.5 * len(conds), 4.8), squeeze=False)
+        handles: dict[str, Any] = {}
+        for ax, cond in zip(axes[0], conds, strict=True):
+            lines: dict[str, list[tuple[int, float]]] = {}
+            for (c, k, e), b in best.items():
+                if c != cond or k not in spectrum or not b["MBps"] or e == "ceiling_decode":
+                    continue
+                name = "best worker stack" if cond != "local" and e in WORKER_STACKS else e
+                pts = lines.setdefault(name, [])
+                prev = next((i for i, (x, _) in enumerate(pts) if x == spc[k]), None)
+                if prev is None:
+                    pts.append((spc[k], b["MBps"]))
+                elif b["MBps"] > pts[prev][1]:
+                    pts[prev] = (spc[k], b["MBps"])
+            lines["ceiling_decode"] = [(spc[k], v) for k, v in decode.items() if k in spectrum]
+            for name in _order(list(lines), (*ENGINE_ORDER[:2], "best worker stack", *ENGINE_ORDER[2:])):
+                if not lines[name]:
+                    continue
+                xs, ys = zip(*sorted(lines[name]), strict=True)
+                style = "--" if name in CEILINGS else "-"
+                color = COLORS.get(name, "tab:cyan")
+                label = "ceiling_rawget (stored bytes)" if name == "ceiling_rawget" else name
+                (handles[label],) = ax.plot(xs, ys, style, marker="o", label=label, color=color)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(sorted(spc.values()))
+            ax.set_xticklabels([str(v) for v in sorted(spc.values())])
+            ax.set_xlabel("samples per chunk")
+            ax.set_ylabel("MB/s (best tuning, median)")
+            ax.set_title(cond)
+            ax.grid(True, which="both", alpha=0.3)
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, fontsize=8)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        written.append(_save(fig, img_dir / "throughput_vs_chunk.png"))
+        plt.close(fig)
+
+    local_cases = _order(list({k[1] for k in best if k[0] == "local"}), CASE_ORDER)
+    for metric, name, ylabel, log in (
+        ("ttfb_ms", "ttfb.png", "time to first batch, ms", True),
+        ("peak_rss_MB", "memory.png", "peak RSS of the process tree, MB", False),
+    ):
+        engines = _order(
+            [e for e in {k[2] for k in best if k[0] == "local"} if e not in CEILINGS], ENGINE_ORDER
+        )
+        if local_cases and engines:
+            written.append(
+                _bars(plt, best, "local", local_cases, engines, metric, img_dir / name, ylabel, log)
+            )
+
+    warm_engines = [e for e in ("insitu", "insitubatch") if any(k[2] == e for k in best)]
+    warm_cases = [
+        c for c in local_cases if any(best.get(("local", c, e), {}).get("warm_MBps") for e in warm_engines)
+    ]
+    if warm_cases:
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(warm_cases) + 2), 4.5))
+        width = 0.8 / (2 * len(warm_engines))
+        i = 0
+        for engine in warm_engines:
+            for kind, key, hatch in (("cold", "MBps", ""), ("warm", "warm_MBps", "//")):
+                ys = [best.get(("local", c, engine), {}).get(key) or 0 for c in warm_cases]
+                xs = [j + (i - (2 * len(warm_engines) - 1) / 2) * width for j in range(len(warm_cases))]
+                ax.bar(
+                    xs,
+                    ys,
+                    width,
+                    label=f"{engine} {kind}",
+                    color=COLORS[engine],
+                    hatch=hatch,
+                    alpha=1.0 if kind == "cold" else 0.6,
+                )
+                i += 1
+        ax.set_xticks(range(len(warm_cases)))
+        ax.set_xticklabels(warm_cases)
+        ax.set_ylabel("MB/s (local)")
+        ax.set_title("cold vs warm epoch")
+        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, img_dir / "cold_warm.png"))
+        plt.close(fig)
+    return written
+
+
+def _bars(
+    plt: Any,
+    best: dict[tuple[str, str, str], dict[str, Any]],
+    cond: str,
+    cases: list[str],
+    engines: list[str],
+    metric: str,
+    path: Path,
+    ylabel: str,
+    log: bool,
+) -> Path:
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(cases) + 2), 4.5))
+    width = 0.8 / len(engines)
+    for i, engine in enumerate(engines):
+        ys = [best.get((cond, c, engine), {}).get(metric) or 0 for c in cases]
+        xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(cases))]
+        ax.bar(xs, ys, width, label=engine, color=COLORS.get(engine))
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel} ({cond}, best tuning)")
+    if log:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.savefig(path, dpi=110)
+    return path
+
+
+# --- outputs --------------------------------------------------------------------------------------
+
+
+def write_report(results: dict[str, Any], out: Path, img_dir: Path) -> str:
+    """``out/suite.md`` (returned) and the plots in ``img_dir``."""
+    images = plots(results, img_dir)
+    text = (
+        "## Benchmark results\n\n" + header(results) + "\n" + machine_text(results) + "\n" + tables(results)
+    )
+    if images:
+        rel = [os.path.relpath(p, out) for p in images]
+        text += "\n" + "\n".join(f"![{Path(r).stem}]({r})" for r in rel) + "\n"
+    (out / "suite.md").write_text(text)
+    return text
+
+
+def update_docs(results: dict[str, Any], target: Path, img_dir: Path) -> bool:
+    """Rewrite the marked results section of ``target``; False when the file or markers are missing."""
+    if not target.exists():
+        return False
+    doc = target.read_text()
+    if START not in doc or END not in doc:
+        return False
+    images = [
+        p
+        for p in (img_dir / n for n in ("throughput_vs_chunk.png", "ttfb.png", "memory.png", "cold_warm.png"))
+        if p.exists()
+    ]
+    date = (results.get("created") or datetime.date.today().isoformat())[:10]
+    body = [
+        f"Measured {date}. " + header(results),
+        machine_text(results),
+        tables(results),
+        *[f"![{p.stem}]({os.path.relpath(p, target.parent)})\n" for p in images],
+    ]
+    section = START + "\n" + "\n".join(body).rstrip() + "\n" + END
+    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, doc, count=1, flags=re.S)
+    target.write_text(new)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--out", type=Path, help="folder for suite.md (default: the results' folder)")
+    ap.add_argument(
+        "--docs", action="store_true", help="plots into docs/img/bench, rewrite docs/benchmarks.md"
+    )
+    args = ap.parse_args()
+    results = json.loads(args.results.read_text())
+    out = args.out or args.results.parent
+    repo = Path(__file__).resolve().parents[2]
+    img_dir = repo / "docs" / "img" / "bench" if args.docs else out / "img"
+    print(write_report(results, out, img_dir))
+    if args.docs and not update_docs(results, repo / "docs" / "benchmarks.md", img_dir):
+        print("docs/benchmarks.md missing or without bench:results markers: left alone")
+
+
+if __name__ == "__main__":
+    main()
