@@ -93,8 +93,10 @@ class ChunkFetcher:
         attempt = 0
         while True:
             try:
-                coro = request()
-                return await (asyncio.wait_for(coro, self.retry.timeout_s) if self.retry.timeout_s else coro)
+                # asyncio.timeout, not wait_for: no extra task per request (tens of microseconds
+                # of loop time each, which adds up at thousands of small chunks per second).
+                async with asyncio.timeout(self.retry.timeout_s):
+                    return await request()
             except self.retry.transient:
                 if attempt >= self.retry.retries:
                     raise

@@ -79,9 +79,9 @@ class Engine:
             path: _reader_for(g, decoders) for path, g in geoms.items()
         }
         self.geoms = dict(geoms)
-        self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-decode")
+        self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
         self.gather_executor = ThreadPoolExecutor(1, thread_name_prefix="insitu-gather")
-        self.pump = DecodePump(loop, self.executor, decode_threads)
+        self.pump = DecodePump(loop, decode_threads)
         self.buffers = BufferPool()
         self.max_items_per_job = 8
         self.inflight = asyncio.Semaphore(max_inflight)
@@ -350,6 +350,7 @@ class Engine:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def shutdown_threads(self) -> None:
+        self.pump.shutdown()
         self.executor.shutdown(wait=True, cancel_futures=False)
         self.gather_executor.shutdown(wait=True)
 
