@@ -125,7 +125,7 @@ MODES = {
             "s3": [(("c8",), _REMOTE_SET)],
         },
         block_samples=(64, 256),
-        inflight=(64,),
+        inflight=(64, 256),
         budgets=(None,),
         num_workers=(2, 4),
     ),
@@ -140,7 +140,7 @@ MODES = {
             "s3": [(tuple(CASES), _ALL)],
         },
         block_samples=(64, 256, 1024),
-        inflight=(32, 128),
+        inflight=(32, 128, 256),
         budgets=(None, 256 << 20),
         num_workers=(0, 1, 2, 4),
     ),
@@ -170,7 +170,7 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
     if engine == "simple":
         return [{"threads": os.cpu_count() or 1, "block_chunks": max(1, 256 // spc)}]
     if engine == "ceiling_rawget":
-        return [{"concurrency": 64}]
+        return [{"concurrency": max(mode.inflight)}]  # a ceiling: the highest concurrency swept
     if engine == "ceiling_decode":
         return [{"threads": os.cpu_count() or 1}]
     return [{}]  # naive, ceiling_gather: nothing to tune

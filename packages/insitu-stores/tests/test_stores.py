@@ -116,9 +116,9 @@ def test_fsspec_store_serves_every_event_loop(s3: S3Server, bucket: str) -> None
 def test_plugin_registers_every_backend() -> None:
     regs = plugin_registrations("insitu_stores.plugin", "stores")
     assert set(regs) == {"obstore", "fsspec", "icechunk", "arraylake", "virtual"}
-    assert regs["obstore"].obj is obstore_store
+    assert regs["obstore"].obj.insitu_target is obstore_store
     assert regs["obstore"].default
-    assert regs["fsspec"].obj is fsspec_store
+    assert regs["fsspec"].obj.insitu_target is fsspec_store
     assert not regs["fsspec"].default
     assert {"s3", "gs", "az", "http", "https"} <= set(regs["obstore"].schemes) & set(regs["fsspec"].schemes)
     assert {"icechunk", "icechunk+s3", "icechunk+file"} <= set(regs["icechunk"].schemes)
@@ -141,6 +141,16 @@ def test_backend_overrides_the_default(s3: S3Server, bucket: str) -> None:
     assert isinstance(
         insitu.open_store(f"s3://{bucket}/x", backend="fsspec", **s3.options()), FsspecLoopStore
     )
+
+
+def test_loading_the_plugin_imports_no_backend() -> None:
+    # insitu loads every plugin on the first open, local paths included: that must stay cheap.
+    code = (
+        "import sys, insitu.plugins as p; p.get_registry(); "
+        "print(sorted(m for m in sys.modules if m.startswith('insitu_stores')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['insitu_stores', 'insitu_stores.plugin', 'insitu_stores.schemes']"
 
 
 def test_entry_point_is_published_and_loaded() -> None:

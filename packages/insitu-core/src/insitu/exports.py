@@ -40,18 +40,21 @@ def resolve_export(name: str) -> Any:
 
     Raises ``AttributeError`` when ``name`` is not a plugin-served root name
     (so ``insitu.__getattr__`` can return this directly), and ``ImportError``
-    naming the package to install when no loaded plugin provides it.
+    naming the package to install when no loaded plugin provides it. A plugin
+    that registers a lazy stand-in (to keep plugin loading cheap) exposes the
+    real object as its ``insitu_target`` attribute; the root name is that object.
     """
     export = EXPORTS.get(name)
     if export is None:
         raise AttributeError(f"module 'insitu' has no attribute {name!r}")
     try:
-        return get_registry().lookup(export.kind, export.name)
+        obj = get_registry().lookup(export.kind, export.name)
     except PluginNotFoundError:
         msg = f"insitu.{name} is provided by the {export.package} package: pip install {export.package}"
         if autoload_disabled():
             msg += f" (note: {DISABLE_AUTOLOAD_ENV} is set, so installed plugins are not loaded)"
         raise ImportError(msg, name=f"insitu.{name}") from None
+    return getattr(obj, "insitu_target", obj)
 
 
 __all__ = ["EXPORTS", "Export", "resolve_export"]

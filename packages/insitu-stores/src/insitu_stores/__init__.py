@@ -3,25 +3,65 @@
 Every builder returns a read-only zarr store that translates its backend's
 errors (:mod:`insitu_stores.errors`), retries transient ones
 (:class:`StoreRetry`) and never shows credentials. Importing this package
-imports none of the optional backends (icechunk, arraylake, virtualizarr,
-astropy, fsspec): each is imported when its builder is first called.
+imports none of the backends (nor icechunk, arraylake, virtualizarr, astropy,
+fsspec): each name below is imported on first access.
 """
 
 from __future__ import annotations
 
-from insitu_stores.arraylake_backend import arraylake_store
-from insitu_stores.errors import (
-    StoreError,
-    StoreNotFoundError,
-    StorePermissionError,
-    StoreTimeoutError,
-    TransientStoreError,
-)
-from insitu_stores.fsspec_backend import FsspecLoopStore, fsspec_store
-from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
-from insitu_stores.obstore_backend import ObstoreStore, obstore_store
-from insitu_stores.retry import StoreRetry
-from insitu_stores.virtual import NotAnImageError, VirtualStore, virtual_store
+from typing import TYPE_CHECKING, Any
+
+# Public names -> the module defining them. Imported on first access (PEP 562), so that loading
+# the plugin (which imports this package) stays cheap; see plugin.py.
+_EXPORTS = {
+    "arraylake_store": "insitu_stores.arraylake_backend",
+    "StoreError": "insitu_stores.errors",
+    "StoreNotFoundError": "insitu_stores.errors",
+    "StorePermissionError": "insitu_stores.errors",
+    "StoreTimeoutError": "insitu_stores.errors",
+    "TransientStoreError": "insitu_stores.errors",
+    "FsspecLoopStore": "insitu_stores.fsspec_backend",
+    "fsspec_store": "insitu_stores.fsspec_backend",
+    "IcechunkReadStore": "insitu_stores.icechunk_backend",
+    "icechunk_store": "insitu_stores.icechunk_backend",
+    "ObstoreStore": "insitu_stores.obstore_backend",
+    "obstore_store": "insitu_stores.obstore_backend",
+    "StoreRetry": "insitu_stores.retry",
+    "NotAnImageError": "insitu_stores.virtual",
+    "VirtualStore": "insitu_stores.virtual",
+    "virtual_store": "insitu_stores.virtual",
+}
+
+if TYPE_CHECKING:
+    from insitu_stores.arraylake_backend import arraylake_store
+    from insitu_stores.errors import (
+        StoreError,
+        StoreNotFoundError,
+        StorePermissionError,
+        StoreTimeoutError,
+        TransientStoreError,
+    )
+    from insitu_stores.fsspec_backend import FsspecLoopStore, fsspec_store
+    from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
+    from insitu_stores.obstore_backend import ObstoreStore, obstore_store
+    from insitu_stores.retry import StoreRetry
+    from insitu_stores.virtual import NotAnImageError, VirtualStore, virtual_store
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'insitu_stores' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "FsspecLoopStore",

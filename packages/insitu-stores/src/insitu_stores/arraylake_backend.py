@@ -22,8 +22,8 @@ from typing import Any
 from insitu_stores.errors import Redactor, StoreError, StorePermissionError, StoreTimeoutError, first_line
 from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
 from insitu_stores.retry import StoreRetry
+from insitu_stores.schemes import ARRAYLAKE_SCHEMES
 
-ARRAYLAKE_SCHEMES = ("arraylake",)
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _NOT_LOGGED_IN = re.compile(r"not logged in|auth|token|credential|unauthori[sz]ed|401|403", re.IGNORECASE)
 

@@ -36,9 +36,9 @@ from insitu_stores.errors import (
 )
 from insitu_stores.locations import Location, parse_location
 from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.schemes import FSSPEC_SCHEMES
 
 #: Schemes fsspec serves here; obstore is the default for those both serve.
-FSSPEC_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file")
 
 _BUCKET_MISSING = re.compile(
     r"NoSuchBucket|ContainerNotFound|specified bucket does not exist|specified container does not exist",

@@ -37,8 +37,8 @@ from insitu_stores.errors import (
 )
 from insitu_stores.locations import parse_location
 from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.schemes import ICECHUNK_SCHEMES
 
-ICECHUNK_SCHEMES = ("icechunk", "icechunk+file", "icechunk+s3", "icechunk+gs", "icechunk+gcs", "icechunk+az")
 _REFS = ("branch", "tag", "snapshot")
 
 _UNAUTHORISED = re.compile(r"resolves to the url prefix (\S+?),? to be able", re.IGNORECASE)

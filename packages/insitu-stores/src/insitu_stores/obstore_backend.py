@@ -29,24 +29,7 @@ from insitu_stores.errors import (
 )
 from insitu_stores.locations import Location, parse_location
 from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
-
-#: URL schemes obstore serves. file and memory are served by insitu-core by default;
-#: ``open_store(url, backend="obstore")`` picks obstore for them.
-OBSTORE_SCHEMES = (
-    "s3",
-    "s3a",
-    "gs",
-    "gcs",
-    "az",
-    "azure",
-    "abfs",
-    "abfss",
-    "adl",
-    "http",
-    "https",
-    "file",
-    "memory",
-)
+from insitu_stores.schemes import OBSTORE_SCHEMES
 
 # What S3, Azure and GCS answer (in a 404 body) when the bucket or container itself is missing.
 _BUCKET_MISSING = re.compile(

@@ -6,23 +6,63 @@ and ``icechunk+<s3|gs|az|file>://`` URLs open Icechunk repositories,
 ``arraylake://org/repo`` Arraylake ones. Virtual stores take file lists, not
 one URL, so they are called directly (``insitu_stores.virtual_store``) or
 picked with ``backend="virtual"``.
+
+Registration imports no backend module: insitu loads every plugin the first
+time any dataset or store is opened, local paths included, and importing all
+five backends cost ~25 ms of that first call (time to first batch). Each
+builder is imported when it is first called.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from insitu.hookspecs import Register, hookimpl
-from insitu_stores.arraylake_backend import ARRAYLAKE_SCHEMES, arraylake_store
-from insitu_stores.fsspec_backend import FSSPEC_SCHEMES, fsspec_store
-from insitu_stores.icechunk_backend import ICECHUNK_SCHEMES, icechunk_store
-from insitu_stores.obstore_backend import OBSTORE_SCHEMES, obstore_store
-from insitu_stores.virtual import virtual_store
+from insitu_stores.schemes import ARRAYLAKE_SCHEMES, FSSPEC_SCHEMES, ICECHUNK_SCHEMES, OBSTORE_SCHEMES
+
+
+class LazyBuilder:
+    """A store builder that imports ``module`` and calls its ``name`` on first use."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = f"{module}.{name}, imported on first call."
+
+    @property
+    def insitu_target(self) -> Any:
+        """The builder itself (imports its module); ``insitu.<name>`` resolves to this."""
+        return getattr(importlib.import_module(self.module), self.__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.insitu_target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<lazy store builder {self.module}.{self.__name__}>"
 
 
 @hookimpl
 def insitu_register_stores(register: Register) -> None:
     """obstore is the default for the cloud schemes it shares with fsspec."""
-    register("obstore", obstore_store, schemes=OBSTORE_SCHEMES, default=True)
-    register("fsspec", fsspec_store, schemes=FSSPEC_SCHEMES)
-    register("icechunk", icechunk_store, schemes=ICECHUNK_SCHEMES, default=True)
-    register("arraylake", arraylake_store, schemes=ARRAYLAKE_SCHEMES, default=True)
-    register("virtual", virtual_store)
+    lazy = LazyBuilder
+    register(
+        "obstore",
+        lazy("insitu_stores.obstore_backend", "obstore_store"),
+        schemes=OBSTORE_SCHEMES,
+        default=True,
+    )
+    register("fsspec", lazy("insitu_stores.fsspec_backend", "fsspec_store"), schemes=FSSPEC_SCHEMES)
+    register(
+        "icechunk",
+        lazy("insitu_stores.icechunk_backend", "icechunk_store"),
+        schemes=ICECHUNK_SCHEMES,
+        default=True,
+    )
+    register(
+        "arraylake",
+        lazy("insitu_stores.arraylake_backend", "arraylake_store"),
+        schemes=ARRAYLAKE_SCHEMES,
+        default=True,
+    )
+    register("virtual", lazy("insitu_stores.virtual", "virtual_store"))
