@@ -465,6 +465,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-seconds", type=float, help="per cold epoch; slower engines report truncated")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="delay per GET under 'latency'")
+    ap.add_argument(
+        "--budget-mb",
+        type=int,
+        nargs="+",
+        help="insitu cache_budget_bytes values to sweep, in MB (0: the engine's default); "
+        "e.g. to compare memory at a budget matching another engine's footprint",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results folder")
     ap.add_argument("--work", type=Path, help="data cache (default: $TMPDIR/insitu-bench)")
     ap.add_argument("--insitubatch-python", help="Python 3.12 interpreter with insitubatch==0.2.0")
@@ -520,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = MODES[args.mode]
     if args.max_seconds is not None:
         mode = replace(mode, max_seconds=args.max_seconds, engine_max_seconds={})
+    if args.budget_mb:
+        mode = replace(mode, budgets=tuple(mb * 10**6 if mb else None for mb in args.budget_mb))
     n_samples = args.samples or mode.samples
     repeats = args.repeats or mode.repeats
     out: Path = args.out

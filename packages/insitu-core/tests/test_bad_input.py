@@ -158,3 +158,17 @@ def test_default_variables_come_in_name_order(tmp_path: Path) -> None:
         write_array(tmp_path, name, field(8, (2,)), (4, 2))
     store = insitu.open_store(tmp_path)
     assert list(insitu.open_geometries(store)) == ["alpha", "mid", "zeta"]
+
+
+def test_store_whose_root_is_an_array(tmp_path) -> None:
+    # open_geometries opens a group first; an array at the root must still be found.
+    arr = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "a.zarr"), shape=(6, 2), chunks=(2, 2), dtype="i4"
+    )
+    arr[:] = np.arange(12).reshape(6, 2)
+    store = insitu.open_store(tmp_path / "a.zarr")
+    geoms = insitu.open_geometries(store)
+    assert list(geoms) == ["data"]
+    assert geoms["data"].shape == (6, 2)
+    with pytest.raises(ConfigError, match=r"unknown variable\(s\) \['x'\]; the store has \['data'\]"):
+        insitu.open_geometries(store, variables=["x"])

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import zarr
+import zarr.api.asynchronous as zarr_async
 from zarr.abc.store import Store
 
 from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry
+from insitu.loop import run_sync
+
+# zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
+_NOT_FOUND = (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError)
+# Opening a group where an array is (or the reverse) raises one of these.
+_NOT_A_GROUP = (*_NOT_FOUND, zarr.errors.ContainsArrayError)
 
 SampleAxis = int | str
 
@@ -29,24 +37,10 @@ def open_geometries(
     array with at least two dimensions (and, for a named sample axis, that
     dimension) is included; name 1-D arrays explicitly to read them.
     """
-    node = _open_node(store, path)
-    if isinstance(node, zarr.Array):
-        members = {node.basename or "data": node}
-    else:
-        # Sorted: listing order differs between stores and even between processes, and label
-        # order is part of a dataset's identity (resume state, batch key order).
-        members = dict(sorted(node.arrays(), key=lambda item: item[0]))
-    if variables is not None:
-        wanted = list(variables)
-        missing = [v for v in wanted if v not in members]
-        if missing:
-            raise ConfigError(f"unknown variable(s) {missing}; the store has {sorted(members)}")
-        chosen = {v: members[v] for v in wanted}
-        explicit = True
-    else:
-        chosen = members
-        explicit = False
-
+    explicit = variables is not None
+    wanted = list(variables) if variables is not None else None
+    # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
+    chosen = {name: zarr.Array(a) for name, a in run_sync(_open_arrays(store, path, wanted)).items()}
     out: dict[str, ArrayGeometry] = {}
     for name, arr in chosen.items():
         axis_spec = (
@@ -64,12 +58,43 @@ def open_geometries(
     return out
 
 
-def _open_node(store: Store, path: str) -> zarr.Array | zarr.Group:
+async def _open_arrays(store: Store, path: str, wanted: list[str] | None) -> dict[str, Any]:
+    """The arrays to describe, by name, opened with as few sequential metadata reads as possible.
+
+    Named variables are opened directly and concurrently (one round trip,
+    which on object storage is most of the startup); otherwise the group and
+    then all its members' metadata (two). Only when that fails is the store
+    listed, to name what it does have.
+    """
+    prefix = f"{path.rstrip('/')}/" if path else ""
+    if wanted is not None:
+        opened = await asyncio.gather(
+            *(zarr_async.open_array(store=store, path=prefix + v, mode="r") for v in wanted),
+            return_exceptions=True,
+        )
+        if not any(isinstance(a, BaseException) for a in opened):
+            return dict(zip(wanted, opened, strict=True))
+        members = await _members(store, path)
+        missing = [v for v in wanted if v not in members]
+        if missing:
+            raise ConfigError(f"unknown variable(s) {missing}; the store has {sorted(members)}")
+        return {v: members[v] for v in wanted}
+    return await _members(store, path)
+
+
+async def _members(store: Store, path: str) -> dict[str, Any]:
+    """Every array at ``path``: the group's members (name order), or the array itself."""
     try:
-        return zarr.open(store=store, mode="r", path=path)
-    except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError) as exc:
-        # zarr's NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4
-        raise ConfigError(f"no Zarr array or group at {store!r} path {path!r}: {exc}") from exc
+        group = await zarr_async.open_group(store=store, path=path, mode="r")
+    except _NOT_A_GROUP as exc:
+        try:
+            arr = await zarr_async.open_array(store=store, path=path, mode="r")
+        except _NOT_FOUND:
+            raise ConfigError(f"no Zarr array or group at {store!r} path {path!r}: {exc}") from exc
+        return {arr.basename or "data": arr}
+    # Sorted: listing order differs between stores and even between processes, and label
+    # order is part of a dataset's identity (resume state, batch key order).
+    return dict(sorted([item async for item in group.arrays()], key=lambda item: item[0]))
 
 
 def _geometry_or_none(

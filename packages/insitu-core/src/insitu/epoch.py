@@ -135,14 +135,14 @@ class EpochRun:
                     else:
                         while (e := apool.reserve(s)) is None:
                             if fresh:  # let what is reserved start loading while we wait
-                                engine.load(path, fresh)
+                                engine.load(path, fresh, priority=b)
                                 fresh = []
                             await engine.wait_space()
                         apool.pin(e)
                         fresh.append(e)
                     held.append(e)
                 if fresh:
-                    engine.load(path, fresh)
+                    engine.load(path, fresh, priority=b)
             self._block_waiter[b] = self._waiter_for(pinned, loop)
             self._block_ready[b].set_result(None)
 

@@ -9,6 +9,8 @@ at the one-sample-per-chunk end.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -128,40 +130,41 @@ class CallJob(Job):
 
 
 class DecodePump:
-    """``threads`` long-lived workers taking jobs from one queue; completions go back to the loop.
+    """``threads`` long-lived workers taking jobs from one priority queue; completions go back to the loop.
 
     A plain queue and dedicated threads rather than ``loop.run_in_executor``:
     the executor path costs the loop a task future, a chained concurrent
     future and a done callback per hand-off (tens of microseconds each), which
     at one-sample chunks was a third of the event loop's time. Here a hand-off
-    is one ``SimpleQueue.put`` and one ``call_soon_threadsafe`` per job, and each
+    is one queue ``put`` and one ``call_soon_threadsafe`` per job, and each
     job reports as soon as it is done, so a slab becomes ready without waiting
-    for unrelated chunks.
+    for unrelated chunks. Lower ``priority`` runs first, submission order within one.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threads: int, name: str = "insitu-decode") -> None:
         self.loop = loop
         self.threads = threads
         self.closed = False
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._queue: queue.PriorityQueue[tuple[float, int, Job | None]] = queue.PriorityQueue()
+        self._seq = itertools.count()
         self._workers = [
             threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)
         ]
         for w in self._workers:
             w.start()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, priority: int = 0) -> None:
         if self.closed:
             job.complete(RuntimeError(_CLOSED))
             return
-        self._queue.put(job)
+        self._queue.put((priority, next(self._seq), job))
 
     def close(self) -> None:
         """Stop taking work (on the loop); queued jobs complete with an error so no waiter hangs."""
         self.closed = True
         while True:
             try:
-                job = self._queue.get_nowait()
+                *_, job = self._queue.get_nowait()
             except queue.Empty:
                 break
             if job is not None:
@@ -171,13 +174,13 @@ class DecodePump:
         """Let the workers finish their current job and exit; waits for them."""
         self.closed = True
         for _ in self._workers:
-            self._queue.put(None)
+            self._queue.put((math.inf, next(self._seq), None))  # after any queued job
         for w in self._workers:
             if w is not threading.current_thread():
                 w.join()
 
     def _work(self) -> None:
-        while (job := self._queue.get()) is not None:
+        while (job := self._queue.get()[2]) is not None:
             result: Any
             if self.closed:
                 result = RuntimeError(_CLOSED)

@@ -106,8 +106,11 @@ class Engine:
                 fut.set_result(None)
 
     # -- loading -------------------------------------------------------------
-    def load(self, path: str, entries: Sequence[Slab]) -> None:
-        """Start loading freshly reserved entries (each holds one load pin)."""
+    def load(self, path: str, entries: Sequence[Slab], priority: int = 0) -> None:
+        """Start loading freshly reserved entries (each holds one load pin).
+
+        ``priority``: lower decodes first (the epoch passes the block number, so the block the
+        consumer waits for is not queued behind read-ahead blocks whose bytes arrived with it)."""
         apool = self.pool.arrays[path]
         self.pool.note_resident()
         reader = self.readers[path]
@@ -121,7 +124,7 @@ class Engine:
         by_slab = {e.slab: e for e in entries}
         if reader.geom.is_sharded:
             for shard, wanted in reader.shards_of(by_slab).items():
-                self._spawn(self._load_shard(path, reader, apool, shard, wanted, by_slab))
+                self._spawn(self._load_shard(path, reader, apool, shard, wanted, by_slab, priority))
             return
         items = [
             ReadItem(
@@ -129,20 +132,22 @@ class Engine:
             )
             for slab, read in reader.reads(by_slab)
         ]
-        self._dispatch(path, reader, apool, items)
+        self._dispatch(path, reader, apool, items, priority)
 
-    def _dispatch(self, path: str, reader: ArrayReader, apool: ArrayPool, items: list[ReadItem]) -> None:
+    def _dispatch(
+        self, path: str, reader: ArrayReader, apool: ArrayPool, items: list[ReadItem], priority: int = 0
+    ) -> None:
         """Local files: read and decode in workers, several reads per job. Else: fetch each on the loop."""
         if not self.fetcher.reads_files:
             for item in items:
-                self._spawn(self._fetch_then_decode(path, reader, apool, item))
+                self._spawn(self._fetch_then_decode(path, reader, apool, item, priority))
             return
         self.stats.reads += len(items)
         # Enough jobs to occupy every thread, few enough that one loop-to-thread hop
         # (and one completion callback) serves several chunks.
         per_job = max(1, min(self.max_items_per_job, -(-len(items) // self.pump.threads)))
         for i in range(0, len(items), per_job):
-            self.pump.submit(self._job(path, reader, apool, items[i : i + per_job], local=True))
+            self.pump.submit(self._job(path, reader, apool, items[i : i + per_job], local=True), priority)
 
     def _job(
         self, path: str, reader: ArrayReader, apool: ArrayPool, items: list[ReadItem], *, local: bool = False
@@ -156,7 +161,7 @@ class Engine:
         )
 
     async def _fetch_then_decode(
-        self, path: str, reader: ArrayReader, apool: ArrayPool, item: ReadItem
+        self, path: str, reader: ArrayReader, apool: ArrayPool, item: ReadItem, priority: int = 0
     ) -> None:
         read = item.read
         try:
@@ -166,7 +171,7 @@ class Engine:
         except Exception as exc:
             self._fail_pieces(path, apool, item, exc)
             return
-        self.pump.submit(self._job(path, reader, apool, [item]))
+        self.pump.submit(self._job(path, reader, apool, [item]), priority)
 
     async def _load_shard(
         self,
@@ -176,6 +181,7 @@ class Engine:
         shard: tuple[int, ...],
         wanted: list[tuple[int, tuple[int, ...]]],
         by_slab: dict[int, Slab],
+        priority: int = 0,
     ) -> None:
         try:
             index = await self._get_shard_index(path, reader, shard)
@@ -188,17 +194,26 @@ class Engine:
         if missing:  # absent inner chunks: a job with no bytes writes the fill value
             fill = Read(reader.shard_key(shard), None, tuple(Piece(c, 0, None) for _, c in missing))
             self.pump.submit(
-                self._job(path, reader, apool, [self._item(apool, fill, [by_slab[s] for s, _ in missing])])
+                self._job(path, reader, apool, [self._item(apool, fill, [by_slab[s] for s, _ in missing])]),
+                priority,
             )
         items = [self._item(apool, read, [by_slab[s] for s in slabs]) for slabs, read in reads]
         if len(items) > 1 and self.fetcher.reads_many_ranges:
             # Several runs of one shard (a sparse selection): one multi-range request, not one per run.
-            await self._fetch_ranges_then_decode(path, reader, apool, reader.shard_key(shard), items)
+            await self._fetch_ranges_then_decode(
+                path, reader, apool, reader.shard_key(shard), items, priority
+            )
         elif items:
-            self._dispatch(path, reader, apool, items)
+            self._dispatch(path, reader, apool, items, priority)
 
     async def _fetch_ranges_then_decode(
-        self, path: str, reader: ArrayReader, apool: ArrayPool, key: str, items: list[ReadItem]
+        self,
+        path: str,
+        reader: ArrayReader,
+        apool: ArrayPool,
+        key: str,
+        items: list[ReadItem],
+        priority: int = 0,
     ) -> None:
         ranges = [item.read.byte_range for item in items]
         try:
@@ -211,7 +226,7 @@ class Engine:
             return
         for i, item in enumerate(items):
             item.raw = None if parts is None else parts[i]
-        self.pump.submit(self._job(path, reader, apool, items))
+        self.pump.submit(self._job(path, reader, apool, items), priority)
 
     @staticmethod
     def _item(apool: ArrayPool, read: Read, targets: list[Slab]) -> ReadItem:
