@@ -158,6 +158,8 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
                 # The cache budget shapes the warm epoch; swept on local disk only.
                 budgets = mode.budgets if engine == "insitu" and not remote else (None,)
                 for budget in budgets:
+                    if budget is not None and budget < 2 * block * case.sample_nbytes:
+                        continue  # cannot hold a block and the next one's first slabs: not a useful setting
                     t: dict[str, Any] = {"block_chunks": max(1, block // spc)}
                     if inflight is not None:
                         t["max_inflight"] = inflight
