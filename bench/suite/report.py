@@ -77,6 +77,24 @@ def _order(items: list[str], order: tuple[str, ...]) -> list[str]:
     return sorted(items, key=lambda x: (order.index(x) if x in order else len(order), x))
 
 
+def _best_warm(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (condition, case, engine): the tuning with the fastest warm epoch.
+
+    Not the best cold tuning: a cache budget smaller than the data can win
+    the cold epoch (fresh pages are reused) and then caches little, so the
+    cold-vs-warm comparison shows each engine's best warm setting, with its
+    own cold number.
+    """
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for e in results.get("summary", []):
+        if not e.get("warm_MBps"):
+            continue
+        key = (e["condition"], e["case"], e["engine"])
+        if key not in out or e["warm_MBps"] > out[key]["warm_MBps"]:
+            out[key] = e
+    return out
+
+
 def _best(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
     return {(b["condition"], b["case"], b["engine"]): b for b in results.get("best", [])}
 
@@ -149,7 +167,7 @@ def tables(results: dict[str, Any]) -> str:
         if any(k[0] == cond and k[2] == "ceiling_rawget" for k in best):
             lines += ["", "ceiling_rawget's MB/s counts stored (compressed) bytes; compare its samples/s."]
         lines.append("")
-    warm = [b for b in best.values() if b.get("warm_MBps")]
+    warm = list(_best_warm(results).values())
     if warm:
         lines += [
             "### Cold vs warm epoch",
@@ -332,9 +350,12 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
                 _bars(plt, best, "local", local_cases, engines, metric, img_dir / name, ylabel, log)
             )
 
-    warm_engines = [e for e in ("insitu", "insitubatch") if any(k[2] == e for k in best)]
+    best_warm = _best_warm(results)
+    warm_engines = [e for e in ("insitu", "insitubatch") if any(k[2] == e for k in best_warm)]
     warm_cases = [
-        c for c in local_cases if any(best.get(("local", c, e), {}).get("warm_MBps") for e in warm_engines)
+        c
+        for c in local_cases
+        if any(best_warm.get(("local", c, e), {}).get("warm_MBps") for e in warm_engines)
     ]
     if warm_cases:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(warm_cases) + 2), 4.5))
@@ -342,7 +363,7 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
         i = 0
         for engine in warm_engines:
             for kind, key, hatch in (("cold", "MBps", ""), ("warm", "warm_MBps", "//")):
-                ys = [best.get(("local", c, engine), {}).get(key) or 0 for c in warm_cases]
+                ys = [best_warm.get(("local", c, engine), {}).get(key) or 0 for c in warm_cases]
                 xs = [j + (i - (2 * len(warm_engines) - 1) / 2) * width for j in range(len(warm_cases))]
                 ax.bar(
                     xs,
