@@ -287,3 +287,21 @@ def test_two_threads_iterate_views_concurrently(era5) -> None:
     assert not errors, errors
     for split in ("train", "val"):
         assert sorted(seen[split]) == manifest.samples(split).tolist()
+
+
+def test_close_mid_epoch_stops_every_decode_thread(era5) -> None:
+    # Decode threads are the dataset's own; closing it while a load is under way must not leave
+    # any behind (a training script builds datasets repeatedly, e.g. per hyperparameter trial).
+    import threading
+
+    root, _ = era5
+    geoms = insitu.open_geometries(insitu.open_store(root))
+    manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,))
+    before = {t for t in threading.enumerate() if t.name.startswith("insitu-decode")}
+    ds = insitu.InSituDataset(str(root), manifest, batch_size=4, block_chunks=1, decode_threads=3)
+    it = iter(ds.train)
+    next(it)
+    ours = {t for t in threading.enumerate() if t.name.startswith("insitu-decode")} - before
+    assert len(ours) == 3
+    ds.close()
+    assert not any(t.is_alive() for t in ours)
