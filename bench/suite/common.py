@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -221,3 +222,49 @@ class Clock:
 
     def since_start(self) -> float:
         return time.perf_counter() - self.t0
+
+
+def begin() -> tuple[int, Clock]:
+    """The interpreter's RSS floor (after imports), and a clock started now: call right before
+    opening the store and building the loader."""
+    floor = rss_now()
+    clock = Clock()
+    clock.start()
+    return floor, clock
+
+
+def cold_epoch(
+    spec: Spec,
+    clock: Clock,
+    floor: int,
+    batches: Iterable[Any],
+    fields: Callable[[Any], Sequence[Any]] = list,
+) -> Result:
+    """Consume one cold epoch: first-batch time, samples, bytes, checksum, the ``max_seconds`` cap.
+
+    ``fields(batch)`` gives the batch's per-field arrays, each with the sample
+    axis first (the default takes a batch that already is that sequence). The
+    epoch ends at its last batch: shutting the loader down is not part of it.
+    """
+    samples = nbytes = 0
+    checksum = elapsed = 0.0
+    truncated = False
+    for batch in batches:
+        if samples == 0:
+            clock.first()
+        arrays = fields(batch)
+        samples += len(arrays[0])
+        nbytes += sum(a.nbytes for a in arrays)
+        checksum += batch_sum(*arrays)
+        elapsed = clock.since_start()
+        if elapsed > spec.max_seconds:
+            truncated = True
+            break
+    return Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum)
+
+
+def warm_epoch(result: Result, clock: Clock, batches: Callable[[], Iterable[Any]]) -> None:
+    """Time a second epoch (``batches()`` builds its iterator) into ``result``'s warm fields."""
+    clock.start()
+    result.warm_samples = sum(len(b.sample_indices) for b in batches())
+    result.warm_elapsed_s = clock.since_start()

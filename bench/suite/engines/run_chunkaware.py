@@ -17,21 +17,18 @@ only with workers). Works with every case and store kind.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
-import zarr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Spec, emit, open_zarr_store, rss_now
-from run_workers import make_loader, run_epoch  # the shared DataLoader set-up and epoch loop
+from common import Spec, begin, cold_epoch, emit
+from run_workers import ZarrSampleDataset, make_loader  # the shared Dataset opener and DataLoader set-up
 
 
 class ChunkBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -64,23 +61,8 @@ class ChunkBatchSampler(torch.utils.data.Sampler[list[int]]):
         return [indices[k] for k in torch.randperm(len(indices), generator=generator).tolist()]
 
 
-class ZarrBatchDataset(torch.utils.data.Dataset):
+class ZarrBatchDataset(ZarrSampleDataset):
     """``dataset[indices]`` is the whole batch: one stacked array per field, rows in ``indices`` order."""
-
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.arrays: list[Any] = []
-        self.pid = -1
-
-    def __len__(self) -> int:
-        return self.spec.case.samples_per_epoch
-
-    def _open(self) -> list[Any]:
-        if self.pid != os.getpid():  # first read in this process (main or a forked worker)
-            store = open_zarr_store(self.spec)
-            self.arrays = [zarr.open_array(store=store, path=v, mode="r") for v in self.spec.case.variables]
-            self.pid = os.getpid()
-        return self.arrays
 
     def __getitem__(self, indices: list[int]) -> tuple[np.ndarray, ...]:
         arrays = self._open()
@@ -110,13 +92,11 @@ def contiguous_runs(indices: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
 def main() -> None:
     spec = Spec.load(sys.argv[1])
     case = spec.case
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     dataset = ZarrBatchDataset(spec)
     sampler = ChunkBatchSampler(case.samples_per_epoch, case.samples_per_chunk, spec.batch_size, spec.seed)
     loader = make_loader(spec, dataset, batch_size=None, sampler=sampler)
-    result = run_epoch(spec, clock, loader, floor)
+    result = cold_epoch(spec, clock, floor, loader)
     result.extra = {"num_workers": loader.num_workers}
     emit(result)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Result, Spec, batch_sum, emit, latency_store, rss_now
+from common import Spec, begin, cold_epoch, emit, latency_store, warm_epoch
 
 
 def open_store(spec: Spec) -> Any:
@@ -43,38 +43,21 @@ def main() -> None:
     import insitu
 
     case = spec.case
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     store = open_store(spec)
     geoms = insitu.open_geometries(store, case.variables)
     labels = [geoms[v] for v in case.variables]
     if case.window:
         labels += [g.shift(case.window) for g in labels]
     manifest = insitu.split_by_chunk(geoms[case.variables[0]], (1.0,), names=("train",))
-    tuning = dict(spec.tuning)
-    ds = insitu.InSituDataset(store, manifest, labels, batch_size=spec.batch_size, seed=spec.seed, **tuning)
-    samples = nbytes = 0
-    checksum = 0.0
-    truncated = False
-    for batch in ds.train:
-        if samples == 0:
-            clock.first()
-        arrays = [batch[g.label] for g in labels]
-        samples += len(batch.sample_indices)
-        nbytes += sum(a.nbytes for a in arrays)
-        checksum += batch_sum(*arrays)
-        if clock.since_start() > spec.max_seconds:
-            truncated = True
-            break
-    elapsed = clock.since_start()
+    ds = insitu.InSituDataset(
+        store, manifest, labels, batch_size=spec.batch_size, seed=spec.seed, **spec.tuning
+    )
+    result = cold_epoch(spec, clock, floor, ds.train, lambda batch: [batch[g.label] for g in labels])
     stats = ds.stats
-    result = Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum)
-    if spec.warm and not truncated:
+    if spec.warm and not result.truncated:
         ds.set_epoch(1)
-        clock.start()
-        result.warm_samples = sum(len(b.sample_indices) for b in ds.train)
-        result.warm_elapsed_s = clock.since_start()
+        warm_epoch(result, clock, lambda: ds.train)
     ds.close()
     result.extra = {"stall_fraction": stats.get("stall_fraction")}
     emit(result)

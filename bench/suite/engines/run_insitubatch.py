@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Result, Spec, batch_sum, emit, open_zarr_store, rss_now
+from common import Spec, begin, cold_epoch, emit, open_zarr_store, warm_epoch
 
 # Spec tuning keys -> InSituDataset keyword arguments.
 DATASET_KEYS = {
@@ -52,9 +52,7 @@ def main() -> None:
     import insitubatch
 
     case = spec.case
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     store = open_zarr_store(spec)
     base = insitubatch.open_geometries(store, list(case.variables))
     # Labels are the batch's array names: the variable, plus "<variable>+<window>" for the
@@ -75,33 +73,17 @@ def main() -> None:
     if "decode_threads" in spec.tuning:  # a scheduler setting, not a constructor argument
         ds.scheduler_config = replace(ds.scheduler_config, decode_threads=int(spec.tuning["decode_threads"]))
     labels = list(geometries)
-    samples = nbytes = 0
-    checksum = 0.0
-    truncated = False
-    for batch in ds.train:
-        if samples == 0:
-            clock.first()
-        arrays = [batch.arrays[label] for label in labels]
-        samples += len(batch.sample_indices)
-        nbytes += sum(a.nbytes for a in arrays)
-        checksum += batch_sum(*arrays)
-        if clock.since_start() > spec.max_seconds:
-            truncated = True
-            break
-    elapsed = clock.since_start()
+    result = cold_epoch(spec, clock, floor, ds.train, lambda batch: [batch.arrays[label] for label in labels])
     cold = ds.last_pass
-    result = Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum)
     result.extra = {
         "block_chunks": ds.block_chunks,  # after insitubatch widens it to fit one batch
         "cache_budget_bytes": ds.cache_budget_bytes,  # after raising it to the residency floor
         "limiting_stage": cold.limiting_stage if cold else None,
         "cache_misses": ds.cache_misses,
     }
-    if spec.warm and not truncated:
+    if spec.warm and not result.truncated:
         ds.set_epoch(1)
-        clock.start()
-        result.warm_samples = sum(len(b.sample_indices) for b in ds.train)
-        result.warm_elapsed_s = clock.since_start()
+        warm_epoch(result, clock, lambda: ds.train)
         result.extra["warm_cache_hits"] = ds.cache_hits
         result.extra["warm_cache_misses"] = ds.cache_misses
     ds.close()

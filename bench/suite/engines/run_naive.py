@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Result, Spec, batch_sum, emit, open_zarr_store, rss_now
+from common import Spec, begin, cold_epoch, emit, open_zarr_store
 
 
 def main() -> None:
@@ -29,30 +29,17 @@ def main() -> None:
     import zarr
 
     case = spec.case
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     store = open_zarr_store(spec)
     arrays = [zarr.open_array(store=store, path=v, mode="r") for v in case.variables]
     order = np.random.default_rng(spec.seed).permutation(case.samples_per_epoch)
     # Each field of a sample: (array, offset along the sample axis).
     fields = [(a, 0) for a in arrays] + [(a, case.window) for a in arrays if case.window]
-    samples = nbytes = 0
-    checksum = 0.0
-    truncated = False
-    for start in range(0, len(order), spec.batch_size):
-        idx = order[start : start + spec.batch_size]
-        batch = [np.stack([a[int(i) + off] for i in idx]) for a, off in fields]
-        if samples == 0:
-            clock.first()
-        samples += len(idx)
-        nbytes += sum(b.nbytes for b in batch)
-        checksum += batch_sum(*batch)
-        if clock.since_start() > spec.max_seconds:
-            truncated = True
-            break
-    elapsed = clock.since_start()
-    emit(Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum))
+    batches = (
+        [np.stack([a[int(i) + off] for i in order[start : start + spec.batch_size]]) for a, off in fields]
+        for start in range(0, len(order), spec.batch_size)
+    )
+    emit(cold_epoch(spec, clock, floor, batches))
 
 
 if __name__ == "__main__":

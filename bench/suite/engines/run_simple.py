@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numcodecs
 import numpy as np
-from common import Clock, Result, Spec, batch_sum, emit, rss_now
+from common import Spec, begin, cold_epoch, emit
 
 DEFAULT_THREADS = 2
 DEFAULT_BLOCK_SAMPLES = 256
@@ -220,9 +220,7 @@ def main() -> None:
         unknown = set(spec.tuning) - {"threads", "block_chunks"}
         if unknown:
             raise ValueError(f"unknown simple tuning keys {sorted(unknown)}")
-        floor = rss_now()
-        clock = Clock()
-        clock.start()
+        floor, clock = begin()
         layouts = [plain_layout(case.root, v) for v in case.variables]
         spc = layouts[0].samples_per_chunk
         block_chunks = int(spec.tuning.get("block_chunks", max(1, DEFAULT_BLOCK_SAMPLES // spc)))
@@ -231,21 +229,8 @@ def main() -> None:
     except Unsupported as exc:
         print(json.dumps({"unsupported": str(exc)}))
         return
-    samples = nbytes = 0
-    checksum = 0.0
-    truncated = False
-    for batch in loader.epoch(spec.seed):
-        if samples == 0:
-            clock.first()
-        samples += len(batch[0])
-        nbytes += sum(a.nbytes for a in batch)
-        checksum += batch_sum(*batch)
-        if clock.since_start() > spec.max_seconds:
-            truncated = True
-            break
-    elapsed = clock.since_start()
+    result = cold_epoch(spec, clock, floor, loader.epoch(spec.seed))
     loader.close()
-    result = Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum)
     result.extra = {"block_chunks": loader.block_chunks, "threads": threads}
     emit(result)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +25,15 @@ import zarr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Result, Spec, batch_sum, emit, open_zarr_store, rss_now
+from common import Spec, begin, cold_epoch, emit, open_zarr_store
 
 
 class ZarrSampleDataset(torch.utils.data.Dataset):
-    """Sample ``i``: each variable at ``i`` (then each at ``i + window`` when the case has a window)."""
+    """Sample ``i``: each variable at ``i`` (then each at ``i + window`` when the case has a window).
+
+    The arrays are opened on first use in each process (the main one or a
+    forked worker), as a user's Dataset must: store clients do not survive fork.
+    """
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -63,44 +66,13 @@ def make_loader(spec: Spec, dataset: Any, **kwargs: Any) -> torch.utils.data.Dat
     return torch.utils.data.DataLoader(dataset, num_workers=workers, persistent_workers=False, **kwargs)
 
 
-def run_epoch(
-    spec: Spec,
-    clock: Clock,
-    loader: Any,
-    floor: int,
-    fields: Callable[[Any], Sequence[Any]] = list,
-) -> Result:
-    """One cold epoch over ``loader``, timed and checksummed.
-
-    ``fields(batch)`` gives the batch's per-field arrays, each with the sample
-    axis first (the default takes a batch that already is that sequence).
-    """
-    samples = nbytes = 0
-    checksum = elapsed = 0.0
-    truncated = False
-    for batch in loader:
-        if samples == 0:
-            clock.first()
-        arrays = fields(batch)
-        samples += len(arrays[0])
-        nbytes += sum(a.nbytes for a in arrays)
-        checksum += batch_sum(*arrays)
-        elapsed = clock.since_start()  # at the last batch: worker shutdown is not part of the epoch
-        if elapsed > spec.max_seconds:
-            truncated = True
-            break
-    return Result(samples, nbytes, elapsed, clock.ttfb, floor, truncated=truncated, checksum=checksum)
-
-
 def main() -> None:
     spec = Spec.load(sys.argv[1])
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     dataset = ZarrSampleDataset(spec)
     generator = torch.Generator().manual_seed(spec.seed)
     loader = make_loader(spec, dataset, batch_size=spec.batch_size, shuffle=True, generator=generator)
-    result = run_epoch(spec, clock, loader, floor)
+    result = cold_epoch(spec, clock, floor, loader)
     result.extra = {"num_workers": loader.num_workers}
     emit(result)
 

@@ -40,8 +40,8 @@ from xbatcher.loaders.torch import MapDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Clock, Spec, emit, open_zarr_store, rss_now
-from run_workers import make_loader, run_epoch  # the shared DataLoader set-up and epoch loop
+from common import Spec, begin, cold_epoch, emit, open_zarr_store
+from run_workers import make_loader  # the shared DataLoader set-up
 
 
 class StackVariables:
@@ -57,9 +57,7 @@ class StackVariables:
 def main() -> None:
     spec = Spec.load(sys.argv[1])
     case = spec.case
-    floor = rss_now()
-    clock = Clock()
-    clock.start()
+    floor, clock = begin()
     store = case.root if spec.store.kind == "local" else open_zarr_store(spec)
     ds = xr.open_zarr(store, consolidated=False, chunks=None)[case.variables]
     time_dim, *field_dims = ds[case.variables[0]].dims
@@ -85,7 +83,7 @@ def main() -> None:
         stacked = batch if case.window else [batch]  # (X, y) pairs for windows, else X alone
         return [part[:, k] for part in stacked for k in range(n_vars)]
 
-    result = run_epoch(spec, clock, loader, floor, fields)
+    result = cold_epoch(spec, clock, floor, loader, fields)
     result.extra = {"num_workers": loader.num_workers, **context}
     emit(result)
 
