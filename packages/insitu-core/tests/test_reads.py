@@ -108,7 +108,7 @@ def test_sparse_shard_reads_use_one_multi_range_request(tmp_path: Path) -> None:
     # scattered, so they form several runs (a zero coalescing gap keeps runs apart).
     manifest = insitu.split_by_chunk(geoms["x"], (0.5, 0.5), contiguous=False, seed=3)
     with insitu.InSituDataset(store, manifest, batch_size=4, block_chunks=32, shuffle=False) as ds:
-        ds._engine.readers["x"].coalesce_gap = 0
+        ds.engine.loaders["x"].reader.coalesce_gap = 0
         got = {int(i): row for b in ds.train for i, row in zip(b.sample_indices, b["x"], strict=True)}
     assert sorted(got) == manifest.samples("train").tolist()
     for i, row in got.items():

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from insitu.arrays import open_geometries
 from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
+from insitu.discovery import open_geometries
 from insitu.errors import BadChunkError, ConfigError, DatasetClosedError, InSituError, StaleCacheError
 from insitu.fetch import RetryPolicy
 from insitu.geometry import ArrayGeometry

@@ -3,14 +3,18 @@
 With ``cache_dir`` set, each array's arena is a memory-mapped file there, so
 residency lives in the page cache rather than the heap. With ``persist=True``
 the decoded slabs also outlive the process: ``close()`` writes an index
-(slab -> slot, crc32 of the slot bytes) next to the arenas, and the next run
-adopts those slabs as cached. The index is keyed by a fingerprint of the
-store's identity, every array's metadata and the chunk-transform pipeline:
-a cache built from other data is refused (``StaleCacheError``) unless
-``persist="rebuild"``, which wipes it. Every adopted slab is checked against
-its crc32 at open; a mismatch is refused the same way (or dropped and re-read
-with ``"rebuild"``). The index is removed while a run is live, so a crash
-leaves an empty cache, never a wrong one.
+(per array: its fingerprint, and slab -> slot with a crc32 of the slot
+bytes) next to the arenas, and the next run adopts those slabs as cached.
+
+Identity is per array: a fingerprint of the store's identity, that array's
+metadata, its chunk-transform chain and its pooled slab spec. Editing one
+array's transforms, or adding an array, leaves every other array's cached
+slabs usable. An array cached from other data is refused
+(``StaleCacheError``, naming the array and what differs) unless
+``persist="rebuild"``, which rebuilds that array alone. Every adopted slab is
+checked against its crc32 at open; a mismatch is refused the same way (or
+dropped and re-read with ``"rebuild"``). The index is removed while a run is
+live, so a crash leaves an empty cache, never a wrong one.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from zarr.storage import LocalStore, MemoryStore
 
 from insitu.errors import StaleCacheError
 from insitu.geometry import ArrayGeometry
+from insitu.options import CacheOptions
 from insitu.pool import READY, ChunkPool
+from insitu.transforms import SlabSpec, transform_fingerprint
 
-FORMAT = "insitu.cache/1"
+FORMAT = "insitu.cache/2"
 INDEX = "index.json"
 
 
@@ -56,25 +62,22 @@ def store_identity(store: Store) -> str:
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
 
 
-def transform_fingerprint(t: Any) -> str:
-    """``t.fingerprint()`` when defined, else the transform's qualified name and repr."""
-    fp = getattr(t, "fingerprint", None)
-    if callable(fp):
-        return str(fp())
-    kind = type(t)
-    return f"{kind.__module__}.{getattr(t, '__qualname__', kind.__qualname__)}:{t!r}"
-
-
-def fingerprint(
-    store: Store, arrays: Mapping[str, ArrayGeometry], transforms: Mapping[str, Sequence[Any]]
-) -> str:
-    doc = {
-        "format": FORMAT,
-        "store": store_identity(store),
-        "arrays": {p: g.describe() for p, g in sorted(arrays.items())},
-        "transforms": {k: [transform_fingerprint(t) for t in v] for k, v in sorted(transforms.items())},
+def array_fingerprint(
+    store_id: str, geom: ArrayGeometry, transforms: Sequence[Any], spec: SlabSpec
+) -> dict[str, str]:
+    """The parts of one array's cache identity, each a short hash, plus their combination as ``"all"``."""
+    parts = {
+        "store": _digest(store_id),
+        "array": _digest(geom.describe()),
+        "transforms": _digest([transform_fingerprint(t) for t in transforms]),
+        "spec": _digest([list(spec.shape), spec.dtype.str]),
     }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    parts["all"] = _digest([FORMAT, parts])
+    return parts
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 class PersistentCache:
@@ -82,67 +85,92 @@ class PersistentCache:
 
     def __init__(
         self,
-        cache_dir: str | os.PathLike[str],
+        options: CacheOptions,
         store: Store,
         arrays: Mapping[str, ArrayGeometry],
+        specs: Mapping[str, SlabSpec],
         slots: Mapping[str, int],
         transforms: Mapping[str, Sequence[Any]],
-        *,
-        persist: bool | str,
-        budget: int,
     ) -> None:
-        self.dir = Path(cache_dir)
+        assert options.cache_dir is not None
+        self.dir = options.cache_dir
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.persist = bool(persist)
-        self.fingerprint = fingerprint(store, arrays, transforms)
+        self.persist = options.persist
+        self.rebuild = options.rebuild
         self.index_path = self.dir / INDEX
+        self.specs = dict(specs)
+        self.fingerprints: dict[str, dict[str, str]] = {}
+        if self.persist:
+            store_id = store_identity(store)
+            self.fingerprints = {
+                p: array_fingerprint(store_id, g, transforms.get(g.name, ()), specs[p])
+                for p, g in arrays.items()
+            }
+        self._others: dict[str, Any] = {}  # index entries of arrays this dataset does not read: kept
         self._adopt: dict[str, dict[int, tuple[int, int]]] = {}
         if self.persist:
-            self._adopt = self._read_index(rebuild=persist == "rebuild")
-        tag = self.fingerprint[:16] if self.persist else f"tmp-{os.getpid()}-{id(self):x}"
-        self.files = {
-            p: self.dir / f"arena-{tag}-{hashlib.sha1(p.encode()).hexdigest()[:12]}.bin" for p in arrays
-        }
-        self.arenas = {p: self._map(self.files[p], g, slots[p]) for p, g in arrays.items()}
-        self.rebuild = persist == "rebuild"
+            self._adopt = self._read_index()
+        self.files = {p: self.dir / self._file_name(p) for p in arrays}
+        self.arenas = {p: self._map(self.files[p], g, specs[p], slots[p]) for p, g in arrays.items()}
 
-    def _read_index(self, rebuild: bool) -> dict[str, dict[int, tuple[int, int]]]:
+    def _file_name(self, path: str) -> str:
+        where = hashlib.sha1(path.encode()).hexdigest()[:12]
+        if not self.persist:
+            return f"arena-tmp-{os.getpid()}-{id(self):x}-{where}.bin"
+        return f"arena-{self.fingerprints[path]['all'][:16]}-{where}.bin"
+
+    def _read_index(self) -> dict[str, dict[int, tuple[int, int]]]:
         if not self.index_path.exists():
             return {}
         try:
             doc = json.loads(self.index_path.read_text())
-            ok = doc.get("format") == FORMAT
-        except (OSError, ValueError) as exc:
-            doc, ok = {}, False
-            if not rebuild:
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT!r}")
+            entries = dict(doc["arrays"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if not self.rebuild:
                 raise StaleCacheError(
-                    f"cache index {self.index_path} is unreadable ({exc}); "
-                    "pass persist='rebuild' to start afresh"
+                    f"cache index {self.index_path} is unreadable ({exc}); pass persist='rebuild' to start afresh"
                 ) from exc
-        if not ok or doc.get("fingerprint") != self.fingerprint:
-            if not rebuild:
-                raise StaleCacheError(
-                    f"the cache in {self.dir} was built from other data (store, array metadata or "
-                    "chunk transforms differ); pass persist='rebuild' to replace it"
-                )
-            self._wipe()
+            self._wipe(None)
             return {}
-        return {
-            p: {int(s): (int(v[0]), int(v[1])) for s, v in ent.items()} for p, ent in doc["arrays"].items()
-        }
+        adopt: dict[str, dict[int, tuple[int, int]]] = {}
+        for path, entry in entries.items():
+            mine = self.fingerprints.get(path)
+            if mine is None:
+                self._others[path] = entry
+                continue
+            theirs = entry.get("fingerprint", {}) if isinstance(entry, dict) else {}
+            if theirs.get("all") != mine["all"]:
+                if not self.rebuild:
+                    differ = [k for k in ("store", "array", "transforms", "spec") if theirs.get(k) != mine[k]]
+                    raise StaleCacheError(
+                        f"the cache in {self.dir} holds array {path!r} built from other data "
+                        f"({', '.join(differ) or 'format'} differ); pass persist='rebuild' to rebuild "
+                        "that array (other arrays' cached chunks are kept)"
+                    )
+                self._wipe(path)
+                continue
+            adopt[path] = {int(s): (int(v[0]), int(v[1])) for s, v in entry["slabs"].items()}
+        return adopt
 
-    def _wipe(self) -> None:
-        for f in self.dir.glob("arena-*.bin"):
+    def _wipe(self, path: str | None) -> None:
+        """Remove the arena files of one array (every array: ``None``)."""
+        pattern = (
+            "arena-*.bin" if path is None else f"arena-*-{hashlib.sha1(path.encode()).hexdigest()[:12]}.bin"
+        )
+        for f in self.dir.glob(pattern):
             f.unlink()
-        self.index_path.unlink(missing_ok=True)
+        if path is None:
+            self.index_path.unlink(missing_ok=True)
 
     @staticmethod
-    def _map(path: Path, g: ArrayGeometry, n_slots: int) -> np.ndarray:
-        shape = (n_slots * g.chunk_len, *g.sample_shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * g.dtype.itemsize
+    def _map(path: Path, g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> np.ndarray:
+        shape = (n_slots * g.chunk_len, *spec.sample_shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * spec.dtype.itemsize
         with open(path, "a+b") as f:
             f.truncate(nbytes)  # keeps existing slots when the budget is unchanged or grew
-        return np.memmap(path, dtype=g.dtype, mode="r+", shape=shape)
+        return np.memmap(path, dtype=spec.dtype, mode="r+", shape=shape)
 
     async def restore(self, pool: ChunkPool, engine: Any) -> None:
         """Adopt the slabs of a previous run, verified against their checksums."""
@@ -176,15 +204,15 @@ class PersistentCache:
             for f in self.files.values():
                 f.unlink(missing_ok=True)
             return
-        arrays: dict[str, dict[str, list[int]]] = {}
+        arrays: dict[str, Any] = dict(self._others)
         for path, apool in pool.arrays.items():
-            ent = {}
+            slabs = {}
             for slab, e in apool.entries.items():
                 if e.state == READY and not e.bad:
-                    ent[str(slab)] = [e.slot, _crc(apool.view(e.slot))]
-            arrays[path] = ent
+                    slabs[str(slab)] = [e.slot, _crc(apool.view(e.slot))]
+            arrays[path] = {"fingerprint": self.fingerprints[path], "slabs": slabs}
         tmp = self.index_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "arrays": arrays}))
+        tmp.write_text(json.dumps({"format": FORMAT, "arrays": arrays}))
         os.replace(tmp, self.index_path)
 
 

@@ -1,35 +1,47 @@
-"""``InSituDataset`` and its split views: the user-facing engine."""
+"""``InSituDataset``: the user-facing engine, owning the pool, the loader and the views.
+
+The constructor's keywords are the public contract; they are validated once
+into option objects (:mod:`insitu.options`) that the engine, the order and
+the views read. A dataset is usable without ``close()``: a script that never
+closes it exits promptly, since finalisers only signal the engine's threads
+and never start or wait for one.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import hashlib
 import os
-import queue
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
 
-from insitu.arrays import open_geometries
-from insitu.batch import Batch
-from insitu.epoch import END, BatchTransform, EpochRun
+from insitu.discovery import open_geometries
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.fetch import RetryPolicy
+from insitu.gather import BatchTransform, Gatherer
 from insitu.geometry import ArrayGeometry
-from insitu.loop import get_loop, run_sync, submit
+from insitu.loader import Engine
+from insitu.loop import get_loop, in_loop_thread, run_sync
+from insitu.options import (
+    DEFAULT_CACHE_BUDGET,
+    BadChunkPolicy,
+    cache_options,
+    check_rank,
+    read_options,
+    shard_options,
+)
 from insitu.order import epoch_order
 from insitu.plan import EpochPlan, plan_epoch
-from insitu.pool import ArrayPool, ChunkPool, allocate_arena
-from insitu.scheduler import BAD_CHUNK_POLICIES, ChunkTransform, Engine
+from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
 from insitu.splits import SplitManifest
+from insitu.transforms import ChunkTransform, SlabSpec, output_spec
+from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
 
-STATE_FORMAT = "insitu.ViewState/1"
-DEFAULT_CACHE_BUDGET = 1 << 30  # 1 GiB: residency for a few blocks plus a useful cache
+__all__ = ["DEFAULT_CACHE_BUDGET", "STATE_FORMAT", "DatasetView", "InSituDataset"]
 
 
 class InSituDataset:
@@ -37,7 +49,9 @@ class InSituDataset:
 
     One instance owns one chunk pool (cache and batch-assembly buffer) that
     every view shares. See the README for the parameters; each is validated
-    here and a bad value is named in the error.
+    here and a bad value is named in the error. Use it as a context manager
+    (or call :meth:`close`) to release its threads and flush a persistent
+    cache at a known point; without that, it is released when collected.
     """
 
     def __init__(
@@ -67,20 +81,32 @@ class InSituDataset:
         retry: RetryPolicy | None = None,
         decoders: Sequence[str] | None = None,
     ) -> None:
-        _positive("batch_size", batch_size)
-        _positive("block_chunks", block_chunks)
-        _positive("max_inflight", max_inflight)
-        _positive("prefetch", prefetch)
-        _positive("readahead_blocks", readahead_blocks)
-        if on_bad_chunk not in BAD_CHUNK_POLICIES:
-            raise ConfigError(f"on_bad_chunk={on_bad_chunk!r}; expected one of {BAD_CHUNK_POLICIES}")
-        _check_rank(rank, world_size)
-        if uneven not in ("drop", "pad"):
-            raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
-        if persist and cache_dir is None:
-            raise ConfigError("persist=True needs a cache_dir to keep decoded chunks in")
-        if persist not in (False, True, "rebuild"):
-            raise ConfigError(f"persist={persist!r}; expected False, True or 'rebuild'")
+        self._closed = True  # until construction succeeds: a half-built dataset has nothing to release
+        self.options = read_options(
+            batch_size=batch_size,
+            block_chunks=block_chunks,
+            max_inflight=max_inflight,
+            prefetch=prefetch,
+            readahead_blocks=readahead_blocks,
+            decode_threads=decode_threads,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        self.cache_options = cache_options(
+            budget_bytes=cache_budget_bytes, cache_dir=cache_dir, persist=persist
+        )
+        self.sharding = shard_options(rank=rank, world_size=world_size, uneven=uneven)
+        self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
+        if not isinstance(manifest, SplitManifest):
+            raise ConfigError(
+                f"manifest must be a SplitManifest, got {type(manifest).__name__}: {manifest!r}"
+            )
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
+        for t in batch_transforms:
+            if not callable(t):
+                raise ConfigError(f"batch transform {t!r} is not callable")
 
         if isinstance(store, str):
             from insitu.stores import open_store
@@ -89,64 +115,94 @@ class InSituDataset:
         self.store = store
         self.manifest = manifest
         self.labels = _labels(store, geometries, manifest)
-        self.batch_size = batch_size
-        self.block_chunks = block_chunks
-        self.seed = seed
-        self.shuffle = shuffle
-        self.prefetch = prefetch
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.uneven = uneven
-        self._progress: dict[tuple[str, int, int], tuple[int, int]] = {}  # view key -> (epoch, batches done)
-        self._resume: dict[tuple[str, int, int], tuple[int, int]] = {}  # view key -> (epoch, first batch)
-        self.readahead_blocks = readahead_blocks
-        self.on_bad_chunk = on_bad_chunk
-        self.batch_transforms = tuple(batch_transforms)
         self.anchor_range = self._anchor_range()
         self._check_splits()
 
         arrays = {g.path: g.shift(-g.offset) for g in self.labels}
         transforms = _chunk_transforms(chunk_transforms, arrays.values())
-        threads = decode_threads or max(1, os.cpu_count() or 1)
-        self._closed = False
+        specs = {path: output_spec(g, transforms.get(g.name, ())) for path, g in arrays.items()}
+        self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
         self._epoch = 0
         self._lock = threading.Lock()
-        self._runs: set[EpochRun] = set()
+        # Weak: an iterator dropped mid-epoch (``break``) is collected, and its finaliser unregisters it.
+        self._iterators: weakref.WeakSet[ViewIterator] = weakref.WeakSet()
+        self._views: dict[tuple[str, int, int], DatasetView] = {}
         self._plans: dict[tuple[str, int], EpochPlan] = {}
-        slots = _slots_per_array(arrays, cache_budget_bytes, block_chunks * manifest.chunk_len, self.labels)
+        budget = self.cache_options.budget_bytes
+        block_samples = self.options.block_chunks * manifest.chunk_len
+        slots = slots_per_array(arrays, specs, budget, block_samples, self.labels)
         self._cache = None
-        if cache_dir is not None:
+        if self.cache_options.cache_dir is not None:
             from insitu.cache import PersistentCache
 
-            self._cache = PersistentCache(
-                cache_dir, store, arrays, slots, transforms, persist=persist, budget=cache_budget_bytes
-            )
+            self._cache = PersistentCache(self.cache_options, store, arrays, specs, slots, transforms)
             arenas = self._cache.arenas
         else:
-            arenas = {path: allocate_arena(g, slots[path]) for path, g in arrays.items()}
-        pools = {path: ArrayPool(g, slots[path], arenas[path]) for path, g in arrays.items()}
-        self.pool = ChunkPool(pools, cache_budget_bytes)
-        loop = get_loop()
-        self._engine = Engine(
+            arenas = {path: allocate_arena(g, slots[path], specs[path]) for path, g in arrays.items()}
+        pools = {path: ArrayPool(g, slots[path], arenas[path], specs[path]) for path, g in arrays.items()}
+        self.pool = ChunkPool(pools, budget)
+        self.engine = Engine(
             store,
-            arrays,
             self.pool,
-            loop,
-            max_inflight=max_inflight,
-            decode_threads=threads,
-            on_bad_chunk=on_bad_chunk,
+            get_loop(),
+            max_inflight=self.options.max_inflight,
+            decode_threads=self.options.decode_threads,
+            on_bad_chunk=self.on_bad_chunk,
             chunk_transforms=transforms,
             retry=retry or RetryPolicy(),
             decoders=decoders,
         )
+        self.gatherer = Gatherer(self.pool, self.labels, batch_transforms)
+        self._closed = False
         if self._cache is not None:
             try:
-                run_sync(self._cache.restore(self.pool, self._engine))
+                run_sync(self._cache.restore(self.pool, self.engine))
             except BaseException:
                 self._closed = True
-                self._engine.shutdown_threads()
+                self.engine.shutdown_threads()
+                self.gatherer.shutdown()
                 raise
+
+    # -- the options users read back --------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def block_chunks(self) -> int:
+        return self.options.block_chunks
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.options.shuffle
+
+    @property
+    def prefetch(self) -> int:
+        return self.options.prefetch
+
+    @property
+    def readahead_blocks(self) -> int:
+        return self.options.readahead_blocks
+
+    @property
+    def drop_last(self) -> bool:
+        return self.options.drop_last
+
+    @property
+    def rank(self) -> int:
+        return self.sharding.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.sharding.world_size
+
+    @property
+    def uneven(self) -> str:
+        return self.sharding.uneven
 
     # -- validation -----------------------------------------------------------
     def _anchor_range(self) -> tuple[int, int]:
@@ -168,6 +224,8 @@ class InSituDataset:
         lo, hi = self.anchor_range
         for name in self.manifest.names:
             s = self.manifest.samples(name)
+            if len(s) == 0:
+                continue  # an empty split (fraction 0) is allowed and yields nothing
             if not ((s >= lo) & (s < hi)).any():
                 raise ConfigError(
                     f"split {name!r} has no valid anchor: its samples lie outside [{lo}, {hi}) "
@@ -176,15 +234,24 @@ class InSituDataset:
 
     # -- views ------------------------------------------------------------------
     def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
-        """The view of one split (``"all"``: every split, in order), optionally for one rank."""
+        """The view of one split (``"all"``: every split, in order), optionally for one rank.
+
+        The same view object is returned for the same (split, rank, world size), so a state
+        loaded into ``ds.train`` is where the next ``for batch in ds.train`` resumes."""
         if split != "all":
             self.manifest.chunks(split)  # raises for an unknown split
         rank = self.rank if rank is None else rank
         world_size = self.world_size if world_size is None else world_size
-        _check_rank(rank, world_size)
-        return DatasetView(
-            self, split, shuffle=self.shuffle and split == "train", rank=rank, world_size=world_size
-        )
+        check_rank(rank, world_size)
+        key = (split, int(rank), int(world_size))
+        with self._lock:
+            view = self._views.get(key)
+            if view is None:
+                shuffle = self.shuffle and split == "train"
+                view = self._views[key] = DatasetView(
+                    self, split, shuffle=shuffle, rank=int(rank), world_size=int(world_size)
+                )
+        return view
 
     @property
     def train(self) -> DatasetView:
@@ -251,7 +318,7 @@ class InSituDataset:
         """Live counters: reads, bytes, decodes, hits and hit rate, bad/missing chunks, resident
         bytes, and, from the consumer's side, throughput and the fraction of time spent waiting
         for data (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
-        out: dict[str, Any] = self._engine.stats.as_dict()
+        out: dict[str, Any] = self.engine.stats.as_dict()
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes
@@ -267,21 +334,53 @@ class InSituDataset:
         """True once :meth:`close` ran; views of a closed dataset cannot be iterated."""
         return self._closed
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise DatasetClosedError("this InSituDataset is closed; create a new one to read again")
 
+    # -- iterators (called by ViewIterator) ---------------------------------------------------------
+    def register(self, it: ViewIterator) -> None:
+        """Admit a new iterator if its pins fit beside every live one (else ConfigError)."""
+        with self._lock:
+            self.check_open()
+            live = [o for o in self._iterators if o is not it]
+            check_budget(self.pool, it.demand, [o.demand for o in live], block_chunks=self.block_chunks)
+            self._iterators.add(it)
+
+    def unregister(self, it: ViewIterator) -> None:
+        with self._lock:
+            self._iterators.discard(it)
+
+    # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop every running view, release threads and flush a persistent cache."""
-        if self._closed:
+        """Stop every running view, release threads and flush a persistent cache.
+
+        Safe from any thread. From the engine's own loop thread (a callback, a
+        finaliser running there) it signals everything to stop without waiting.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            iterators = list(self._iterators)
+        for it in iterators:
+            it.wake_closed()
+        if in_loop_thread():
+            self._abandon()
             return
-        self._closed = True
-        for run in list(self._runs):
-            get_loop().call_soon_threadsafe(run.cancel)
-        run_sync(self._engine.aclose())
-        self._engine.shutdown_threads()
+        run_sync(self.engine.aclose())
+        self.engine.shutdown_threads()
+        self.gatherer.shutdown()
         if self._cache is not None:
             self._cache.save(self.pool)
+
+    def _abandon(self) -> None:
+        """Release without waiting for or starting any thread (finalisers, the loop thread).
+
+        A persistent cache is not saved: its index was removed when this run
+        adopted it, so the next run starts from an empty, never a wrong, cache."""
+        self.engine.abandon()
+        self.gatherer.shutdown(wait=False)
 
     def __enter__(self) -> InSituDataset:
         return self
@@ -290,218 +389,13 @@ class InSituDataset:
         self.close()
 
     def __del__(self) -> None:
-        try:
-            if not getattr(self, "_closed", True):
-                self.close()
-        except Exception:
-            pass
-
-
-class DatasetView:
-    """One split of a dataset, on one rank. Iterate for batches; ``len()`` is batches per epoch."""
-
-    def __init__(
-        self, dataset: InSituDataset, split: str, *, shuffle: bool, rank: int = 0, world_size: int = 1
-    ):
-        self.dataset = dataset
-        self.split = split
-        self.shuffle = shuffle
-        self.rank = rank
-        self.world_size = world_size
-
-    def shard(self, rank: int, world_size: int) -> DatasetView:
-        """This split as seen by ``rank`` of ``world_size``: disjoint chunks, equal batch counts."""
-        return self.dataset.view(self.split, rank=rank, world_size=world_size)
-
-    def for_rank(self, rank: int, world_size: int, *, source: str = "the caller") -> DatasetView:
-        """The view ``rank`` of ``world_size`` reads: this view sharded, or this view itself when it
-        is already sharded that way; sharded any other way is a ConfigError naming ``source``
-        (e.g. ``"torch.distributed"``), the authority for ``rank`` and ``world_size``."""
-        if self.world_size == 1:
-            return self.shard(rank, world_size) if world_size > 1 else self
-        if (self.rank, self.world_size) != (rank, world_size):
-            raise ConfigError(
-                f"the view is already sharded as rank {self.rank} of {self.world_size}, but {source} says "
-                f"rank {rank} of {world_size}; pass the unsharded view"
-            )
-        return self
-
-    @property
-    def _key(self) -> tuple[str, int, int]:
-        return (self.split, self.rank, self.world_size)
-
-    @property
-    def batch_size(self) -> int:
-        return self.dataset.batch_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self.dataset.drop_last
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(g.label for g in self.dataset.labels)
-
-    @property
-    def sample_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {g.label: g.sample_shape for g in self.dataset.labels}
-
-    @property
-    def dtypes(self) -> dict[str, np.dtype[Any]]:
-        return {g.label: g.dtype for g in self.dataset.labels}
-
-    def set_epoch(self, epoch: int) -> None:
-        """Same as ``dataset.set_epoch``."""
-        self.dataset.set_epoch(epoch)
-
-    def plan(self) -> EpochPlan:
-        return self.dataset.plan(self.split, self.shuffle, rank=self.rank, world_size=self.world_size)
-
-    def __len__(self) -> int:
-        return self.plan().n_batches
-
-    def sample_order(self) -> np.ndarray:
-        """Anchors in the order this epoch delivers them (before batching)."""
-        plan = self.plan()
-        n = plan.n_batches * plan.batch_size if self.drop_last else len(plan.order.anchors)
-        return plan.order.anchors[:n].copy()
-
-    def __iter__(self) -> Iterator[Batch]:
-        ds = self.dataset
-        ds._check_open()
-        plan = self.plan()
-        start = 0
-        resume = ds._resume.pop(self._key, None)
-        if resume is not None and resume[0] == ds.epoch:
-            start = min(resume[1], plan.n_batches)
-        run = EpochRun(
-            ds._engine,
-            plan,
-            ds.labels,
-            split=self.split,
-            epoch=ds.epoch,
-            prefetch=ds.prefetch,
-            readahead_blocks=ds.readahead_blocks,
-            batch_transforms=ds.batch_transforms,
-            skip_bad=ds.on_bad_chunk == "skip",
-            start_batch=start,
-        )
-        _check_budget(ds, plan, run)
-        ds._progress[self._key] = (ds.epoch, start)
-        return _consume(ds, run, self._key)
-
-    # -- exact resume -----------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Where this view stands: epoch and batches handed out, plus what must match to resume.
-
-        Load it with :meth:`load_state_dict` on a view of an identically built
-        dataset (same manifest, seed, batch size, ranks...), in this or
-        another process: the next iteration continues with the next batch.
-        """
-        ds = self.dataset
-        epoch, done = ds._progress.get(self._key, (ds.epoch, 0))
-        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, **self._identity()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done."""
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise ConfigError(f"not an insitu view state (format={fmt!r}, expected {STATE_FORMAT!r})")
-        mine = self._identity()
-        for key, value in mine.items():
-            if state.get(key) != value:
-                what = "resuming with a different world size is not supported" if key == "world_size" else ""
-                raise ConfigError(
-                    f"state does not match this view: {key}={state.get(key)!r} in the state, "
-                    f"{value!r} here{'; ' + what if what else ''}"
-                )
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
-        if epoch < 0 or done < 0:
-            raise ConfigError(
-                f"state has a negative epoch or batch count: epoch={epoch}, batches_done={done}"
-            )
-        self.dataset.set_epoch(epoch)
-        self.dataset._resume[self._key] = (epoch, done)
-        self.dataset._progress[self._key] = (epoch, done)
-
-    def _identity(self) -> dict[str, Any]:
-        ds = self.dataset
-        return {
-            "split": self.split,
-            "shuffle": self.shuffle,
-            "seed": ds.seed,
-            "batch_size": ds.batch_size,
-            "drop_last": ds.drop_last,
-            "block_chunks": ds.block_chunks,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "uneven": ds.uneven,
-            "labels": [g.label for g in ds.labels],
-            "manifest": hashlib.sha256(ds.manifest.to_json().encode()).hexdigest()[:16],
-        }
-
-    def __repr__(self) -> str:
-        return f"DatasetView(split={self.split!r}, shuffle={self.shuffle}, batch_size={self.batch_size})"
-
-
-def _consume(ds: InSituDataset, run: EpochRun, key: tuple[str, int, int]) -> Iterator[Batch]:
-    loop = get_loop()
-    ds._runs.add(run)
-    cfut = submit(run.main())
-    stats = ds._engine.stats
-    started = time.perf_counter()
-    try:
-        while True:
-            t0 = time.perf_counter()
-            try:
-                item = run.out.get(timeout=0.5)
-            except queue.Empty:
-                stats.waiting_s += time.perf_counter() - t0
-                if cfut.done() and run.out.empty():
-                    cfut.result()  # re-raise a crash of the run itself
-                    raise RuntimeError("insitu: epoch ended without a final marker") from None
-                continue
-            stats.waiting_s += time.perf_counter() - t0
-            if item is END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            loop.call_soon_threadsafe(run.release_credit)
-            ds._progress[key] = (run.epoch, item.index + 1)  # counted as handed out once yielded
-            yield item
-    finally:
-        stats.iterating_s += time.perf_counter() - started
-        ds._runs.discard(run)
-        loop.call_soon_threadsafe(run.cancel)
-        with contextlib.suppress(concurrent.futures.CancelledError, Exception):
-            cfut.result(timeout=60)
-
-
-def _check_budget(ds: InSituDataset, plan: EpochPlan, run: EpochRun) -> None:
-    """Refuse, with numbers, a budget that would stall the pipeline instead of hanging."""
-    for path, apool in ds.pool.arrays.items():
-        need = plan.max_slots(path, plan.batch_span)
-        others = sum(r.plan.max_slots(path, r.plan.batch_span + ds.readahead_blocks) for r in ds._runs)
-        if need + others > apool.n_slots:
-            g = apool.geom
-            extra = " while another view is being iterated" if others else ""
-            raise ConfigError(
-                f"cache_budget_bytes={ds.pool.budget_bytes} gives array {g.path!r} {apool.n_slots} slot(s) of "
-                f"{g.slab_nbytes} bytes, but iterating {run.split!r}{extra} needs {need + others}; "
-                f"raise cache_budget_bytes or lower block_chunks={ds.block_chunks}"
-            )
-
-
-def _check_rank(rank: Any, world_size: Any) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ConfigError(f"rank={rank!r} must be in [0, world_size={world_size})")
-
-
-def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            for it in list(self._iterators):
+                it.wake_closed()
+            self._abandon()
 
 
 def _labels(
@@ -514,7 +408,14 @@ def _labels(
         axis = manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis
         geoms = list(open_geometries(store, sample_axis=axis).values())
     elif isinstance(geometries, Mapping):
-        geoms = list(geometries.values())
+        # The keys name the batch fields: {"x": g, "y": g.shift(3)} gives batches keyed x and y.
+        geoms = []
+        for key, g in geometries.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(
+                    f"geometries keys name the batch fields and must be non-empty strings, got {key!r}"
+                )
+            geoms.append(g.named(key) if isinstance(g, ArrayGeometry) else g)
     else:
         geoms = list(geometries)
     if not geoms:
@@ -549,27 +450,3 @@ def _chunk_transforms(
         if not callable(t):
             raise ConfigError(f"chunk transform {t!r} is not callable")
     return {n: tuple(spec) for n in names} if spec else {}
-
-
-def _slots_per_array(
-    arrays: Mapping[str, ArrayGeometry], budget: int, block_samples: int, labels: Sequence[ArrayGeometry]
-) -> dict[str, int]:
-    """Split the byte budget across arrays in proportion to what one block needs of each."""
-    _positive("cache_budget_bytes", budget)
-    need: dict[str, float] = {}
-    for path, g in arrays.items():
-        offs = [lab.offset for lab in labels if lab.path == path]
-        spread = max(offs) - min(offs)
-        slabs = min(g.n_slabs, -(-block_samples // g.chunk_len) + 1 + -(-spread // g.chunk_len))
-        need[path] = slabs * g.slab_nbytes
-    total = sum(need.values())
-    slots = {}
-    for path, g in arrays.items():
-        share = budget * need[path] / total
-        slots[path] = int(min(g.n_slabs, share // g.slab_nbytes))
-        if slots[path] < 1:
-            raise ConfigError(
-                f"cache_budget_bytes={budget} is too small: array {path!r} needs {g.slab_nbytes} bytes per "
-                f"chunk row and gets a share of {int(share)}"
-            )
-    return slots

@@ -6,9 +6,9 @@ Two coroutines on the engine loop cooperate:
   (reserving pool slots and starting loads for the missing ones) and runs at
   most ``readahead_blocks`` blocks ahead of the emitter, however large the
   cache budget is, so the first batch never waits for the cache to fill;
-* the *emitter* waits until the blocks a batch touches are ready, gathers it
-  in a worker thread with one ``np.take`` per label over the array's arena,
-  and hands it to the consumer through a queue bounded by ``prefetch``.
+* the *emitter* waits until the blocks a batch touches are ready, has the
+  gatherer copy it out of the pool on its thread, and hands it to the
+  consumer through a queue bounded by ``prefetch``.
 
 A block's pins are released once its last batch is gathered; a slab the epoch
 needs again later stays cached with that next use as its eviction priority.
@@ -17,19 +17,17 @@ needs again later stays cached with that next use as its eviction priority.
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from insitu.batch import Batch
-from insitu.geometry import ArrayGeometry
+from insitu.gather import BatchRows, Gatherer
+from insitu.loader import Engine
 from insitu.plan import EpochPlan
 from insitu.pool import FAILED, READY, BlockWaiter, Slab
-from insitu.scheduler import Engine
 
-BatchTransform = Callable[[Batch], Batch]
 END = object()
 
 
@@ -39,25 +37,23 @@ class EpochRun:
     def __init__(
         self,
         engine: Engine,
+        gatherer: Gatherer,
         plan: EpochPlan,
-        labels: Sequence[ArrayGeometry],
         *,
         split: str,
         epoch: int,
         prefetch: int,
         readahead_blocks: int,
-        batch_transforms: Sequence[BatchTransform],
         skip_bad: bool,
         start_batch: int = 0,
     ) -> None:
         self.engine = engine
+        self.gatherer = gatherer
         self.plan = plan
-        self.labels = list(labels)
         self.split = split
         self.epoch = epoch
         self.prefetch = prefetch
         self.readahead = readahead_blocks
-        self.batch_transforms = list(batch_transforms)
         self.skip_bad = skip_bad
         self.out: queue.Queue[Any] = queue.Queue()
         self.credits: asyncio.Semaphore | None = None
@@ -137,7 +133,7 @@ class EpochRun:
                             if fresh:  # let what is reserved start loading while we wait
                                 engine.load(path, fresh, priority=b)
                                 fresh = []
-                            await engine.wait_space()
+                            await engine.pool.wait_space()
                         apool.pin(e)
                         fresh.append(e)
                     held.append(e)
@@ -161,6 +157,7 @@ class EpochRun:
         return waiter
 
     async def _emit(self) -> None:
+        loop = asyncio.get_running_loop()
         plan = self.plan
         n_anchors = len(plan.order.anchors)
         ready_upto = released = self._first_block  # blocks < ready_upto are loaded
@@ -177,11 +174,11 @@ class EpochRun:
                 if waiter is not None:
                     await waiter.future
                 ready_upto += 1
-            anchors, idx, valid = self._indices(lo, hi)
-            loop = asyncio.get_running_loop()
-            batch = await loop.run_in_executor(
-                self.engine.gather_executor, self._gather, anchors, idx, valid, k
+            where = self._rows(lo, hi)
+            gather = functools.partial(
+                self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k
             )
+            batch = await loop.run_in_executor(self.gatherer.executor, gather)
             self.engine.stats.batches += 1
             self.engine.stats.samples += batch.size
             self.out.put(batch)
@@ -195,46 +192,14 @@ class EpochRun:
         if self._advanced is not None and not self._advanced.done():
             self._advanced.set_result(None)
 
-    def _indices(self, lo: int, hi: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
-        """Arena row of every (sample, label), computed on the loop while slots are pinned."""
+    def _rows(self, lo: int, hi: int) -> BatchRows:
+        """Arena rows of anchors ``[lo, hi)``, computed on the loop while their slots are pinned."""
         anchors = self.plan.order.anchors[lo:hi]
         n_valid = self.plan.order.n_valid
         valid = np.arange(lo, hi) < n_valid if n_valid >= 0 else None
-        pools = self.engine.pool.arrays
-        if self.skip_bad:
-            keep = np.ones(len(anchors), dtype=bool)
-            for g in self.labels:
-                keep &= ~pools[g.path].bad[(anchors + g.offset) // g.chunk_len]
-            if not keep.all():
-                self.engine.stats.skipped_samples += int((~keep).sum())
-                anchors = anchors[keep]
-                valid = valid[keep] if valid is not None else None
-        idx: dict[str, np.ndarray] = {}
-        for g in self.labels:
-            pos = anchors + g.offset
-            slab = pos // g.chunk_len
-            slot = pools[g.path].slab_to_slot[slab]
-            if len(slot) and slot.min() < 0:
-                raise RuntimeError(f"internal error: slab of {g.label!r} not resident at gather time")
-            idx[g.label] = slot * g.chunk_len + (pos - slab * g.chunk_len)
-        return anchors, idx, valid
-
-    def _gather(
-        self, anchors: np.ndarray, idx: dict[str, np.ndarray], valid: np.ndarray | None, k: int
-    ) -> Batch:
-        data = {}
-        reads = {}
-        pools = self.engine.pool.arrays
-        for g in self.labels:
-            arena = pools[g.path].arena
-            out = self.engine.buffers.empty((len(anchors), *g.sample_shape), g.dtype)
-            np.take(arena, idx[g.label], axis=0, out=out, mode="clip")  # 'clip': no extra buffering
-            data[g.label] = out
-            reads[g.label] = anchors + g.offset
-        batch = Batch(data, anchors.copy(), reads, self.split, self.epoch, k, valid)
-        for t in self.batch_transforms:
-            batch = t(batch)
-        return batch
+        where = self.gatherer.rows(anchors, valid, skip_bad=self.skip_bad)
+        self.engine.stats.skipped_samples += where.skipped
+        return where
 
     def _release_block(self, b: int) -> None:
         pinned = self._pinned[b]
@@ -248,4 +213,4 @@ class EpochRun:
             for e in entries:
                 nu = next_of.get(e.slab, -1)
                 pools[path].unpin(e, nu if nu >= 0 else None)
-        self.engine.notify_space()
+        self.engine.pool.notify_space()

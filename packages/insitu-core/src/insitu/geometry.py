@@ -24,7 +24,8 @@ class ArrayGeometry:
     """Shape, chunking and encoding of one array, plus its role in a dataset.
 
     ``label`` names the array in batches: the array name, with ``+k`` / ``-k``
-    appended for a shifted (windowed) view made by :meth:`shift`.
+    appended for a shifted (windowed) view made by :meth:`shift`, or the name
+    given with :meth:`named`.
     """
 
     name: str
@@ -38,6 +39,7 @@ class ArrayGeometry:
     zarr_format: int = 3
     shard_shape: tuple[int, ...] | None = None
     dimension_names: tuple[str | None, ...] | None = None
+    alias: str | None = None  # the batch field name chosen by the user; None: derived from name and offset
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,13 +61,22 @@ class ArrayGeometry:
     @property
     def label(self) -> str:
         """Key of this array in a batch: ``name`` or ``name+k`` when shifted."""
+        if self.alias is not None:
+            return self.alias
         return self.name if self.offset == 0 else f"{self.name}{self.offset:+d}"
 
+    def named(self, label: str) -> ArrayGeometry:
+        """The same read, delivered in batches under ``label``."""
+        if not isinstance(label, str) or not label:
+            raise ConfigError(f"a label must be a non-empty string, got {label!r}")
+        return replace(self, alias=label)
+
     def shift(self, k: int) -> ArrayGeometry:
-        """The same array read ``k`` samples ahead (negative: behind). Shifts compose."""
-        if not isinstance(k, (int, np.integer)):
+        """The same array read ``k`` samples ahead (negative: behind). Shifts compose; the
+        result is labelled from the name and offset (a name given by :meth:`named` is dropped)."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
             raise ConfigError(f"shift must be an integer number of samples, got {k!r}")
-        return replace(self, offset=self.offset + int(k))
+        return replace(self, offset=self.offset + int(k), alias=None)
 
     def with_sample_axis(self, axis: int) -> ArrayGeometry:
         """The same array with another axis playing the sample role."""

@@ -20,14 +20,12 @@ from typing import Any
 import numpy as np
 
 from insitu.fetch import ChunkFetcher
+from insitu.layout import ArrayReader, Read
 from insitu.memory import populate_for_write
-from insitu.reads import ArrayReader, Read
 
 
 class Job:
     """One unit of thread work. ``run`` executes in a worker; ``complete`` on the loop."""
-
-    reported = False  # set in the worker once ``complete`` has been scheduled
 
     def run(self) -> Any:
         raise NotImplementedError
@@ -170,6 +168,12 @@ class DecodePump:
             if job is not None:
                 job.complete(RuntimeError(_CLOSED))
 
+    def stop(self) -> None:
+        """Tell the workers to exit after their current job, without waiting (safe in finalisers)."""
+        self.closed = True
+        for _ in self._workers:
+            self._queue.put((-math.inf, next(self._seq), None))  # before any queued job
+
     def shutdown(self) -> None:
         """Let the workers finish their current job and exit; waits for them."""
         self.closed = True
@@ -189,11 +193,13 @@ class DecodePump:
                     result = job.run()
                 except Exception as exc:  # a job's own failure must reach its waiters
                     result = exc
-            job.reported = True
             try:
                 self.loop.call_soon_threadsafe(job.complete, result)
             except RuntimeError:  # the loop is gone (interpreter shutdown): nobody is waiting
                 return
+            # An idle worker must not keep its last job (and through it the slabs, the pool, or an
+            # exception's traceback and the dataset) alive while it waits for the next one.
+            del job, result
 
 
 _CLOSED = "insitu: dataset closed before this chunk was decoded"

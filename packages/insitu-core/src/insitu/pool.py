@@ -23,10 +23,14 @@ import heapq
 import itertools
 import mmap
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry
+from insitu.transforms import SlabSpec
 
 LOADING, READY, FAILED = 0, 1, 2
 
@@ -66,10 +70,10 @@ class Slab:
         "next_use",
         "pending",
         "pins",
+        "scratch",
         "slab",
         "slot",
         "state",
-        "transformed",
         "waiters",
     )
 
@@ -82,7 +86,9 @@ class Slab:
         self.bad = False  # holds a filled-in bad chunk (on_bad_chunk="nan"/"skip")
         self.error: BaseException | None = None
         self.pending = 0  # chunks still to be placed
-        self.transformed = False
+        # Where chunks decode while loading, when chunk transforms change shape or dtype (the slot
+        # holds the transformed output); None: they decode straight into the slot.
+        self.scratch: np.ndarray | None = None
         self.waiters: list[BlockWaiter] = []
 
     def finish(self, error: BaseException | None) -> None:
@@ -98,10 +104,11 @@ class Slab:
 
 
 class ArrayPool:
-    """Slots for the slabs of one array."""
+    """Slots for the slabs of one array, each sized for ``spec``: the slab after chunk transforms."""
 
-    def __init__(self, geom: ArrayGeometry, n_slots: int, arena: np.ndarray) -> None:
+    def __init__(self, geom: ArrayGeometry, n_slots: int, arena: np.ndarray, spec: SlabSpec) -> None:
         self.geom = geom
+        self.spec = spec
         self.n_slots = n_slots
         self.arena = arena
         self.slab_to_slot = np.full(geom.n_slabs, -1, dtype=np.int64)
@@ -116,9 +123,18 @@ class ArrayPool:
     def slots_in_use(self) -> int:
         return self.n_slots - len(self._free)
 
+    @property
+    def slot_nbytes(self) -> int:
+        return self.spec.nbytes
+
     def view(self, slot: int) -> np.ndarray:
         c = self.geom.chunk_len
         return self.arena[slot * c : (slot + 1) * c]
+
+    def rows(self, slab: int) -> int:
+        """Valid samples in ``slab`` (the last one may be short)."""
+        c = self.geom.chunk_len
+        return min(c, self.geom.n_samples - slab * c)
 
     def get(self, slab: int) -> Slab | None:
         return self.entries.get(slab)
@@ -190,7 +206,7 @@ class ArrayPool:
         return entry.slot
 
 
-def allocate_arena(geom: ArrayGeometry, n_slots: int) -> np.ndarray:
+def allocate_arena(geom: ArrayGeometry, n_slots: int, spec: SlabSpec | None = None) -> np.ndarray:
     """An uninitialised heap arena: pages are only committed as slots are written.
 
     A private anonymous mapping, with no huge-page hint. Measured on the 2-core
@@ -202,33 +218,119 @@ def allocate_arena(geom: ArrayGeometry, n_slots: int) -> np.ndarray:
     compacts memory on first touch (THP defrag "madvise"). The mapping is
     returned to the OS when the arena dies.
     """
-    shape = (n_slots * geom.chunk_len, *geom.sample_shape)
+    sample_shape, dtype = (geom.sample_shape, geom.dtype) if spec is None else (spec.sample_shape, spec.dtype)
+    shape = (n_slots * geom.chunk_len, *sample_shape)
     count = int(np.prod(shape, dtype=np.int64))
-    nbytes = max(1, count * geom.dtype.itemsize)
+    nbytes = max(1, count * dtype.itemsize)
     if hasattr(mmap, "MAP_PRIVATE"):
         buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     else:  # Windows: anonymous mappings are private pagefile-backed memory already
         buf = mmap.mmap(-1, nbytes)
-    return np.frombuffer(buf, dtype=geom.dtype, count=count).reshape(shape)
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
 class ChunkPool:
-    """Per-array slot pools under one byte budget, shared by every view of a dataset."""
+    """Per-array slot pools under one byte budget, shared by every view of a dataset.
+
+    Also where producers wait for space: a load that finds every slot pinned
+    waits (on the loop) until a release or a finished load frees one.
+    """
 
     def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int) -> None:
         self.arrays = arrays
         self.budget_bytes = budget_bytes
         self.peak_resident_bytes = 0
-        self.space_freed = asyncio.Event()  # created lazily on the loop; see attach_loop
-
-    @property
-    def capacity_bytes(self) -> int:
-        return sum(p.n_slots * p.geom.slab_nbytes for p in self.arrays.values())
+        self._space_waiters: list[asyncio.Future[None]] = []
 
     @property
     def resident_bytes(self) -> int:
         """Bytes of slots holding (or loading) a slab."""
-        return sum(p.slots_in_use * p.geom.slab_nbytes for p in self.arrays.values())
+        return sum(p.slots_in_use * p.slot_nbytes for p in self.arrays.values())
 
     def note_resident(self) -> None:
         self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)
+
+    # -- waiting for space (loop thread) -----------------------------------------------------------
+    async def wait_space(self) -> None:
+        """Return once some slot may have been freed (callers re-check and may wait again)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._space_waiters.append(fut)
+        await fut
+
+    def notify_space(self) -> None:
+        if not self._space_waiters:
+            return
+        waiters, self._space_waiters = self._space_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+# -- the budget policy ------------------------------------------------------------------------------
+def slots_per_array(
+    arrays: Mapping[str, ArrayGeometry],
+    specs: Mapping[str, SlabSpec],
+    budget: int,
+    block_samples: int,
+    labels: Sequence[ArrayGeometry],
+) -> dict[str, int]:
+    """Split the byte budget across arrays in proportion to what one block needs of each."""
+    need: dict[str, float] = {}
+    for path, g in arrays.items():
+        offs = [lab.offset for lab in labels if lab.path == path]
+        spread = max(offs) - min(offs)
+        slabs = min(g.n_slabs, -(-block_samples // g.chunk_len) + 1 + -(-spread // g.chunk_len))
+        need[path] = slabs * specs[path].nbytes
+    total = sum(need.values())
+    slots = {}
+    for path, g in arrays.items():
+        share = budget * need[path] / total
+        slot_bytes = max(1, specs[path].nbytes)
+        slots[path] = int(min(g.n_slabs, share // slot_bytes))
+        if slots[path] < 1:
+            raise ConfigError(
+                f"cache_budget_bytes={budget} is too small: array {path!r} needs {specs[path].nbytes} bytes "
+                f"per chunk row and gets a share of {int(share)}"
+            )
+    return slots
+
+
+@dataclass(frozen=True)
+class SlotDemand:
+    """Slots one iteration pins of each array at most: for the batch being gathered (``required``)
+    and with its read-ahead (``full``)."""
+
+    split: str
+    required: Mapping[str, int]
+    full: Mapping[str, int]
+
+
+def check_budget(
+    pool: ChunkPool, wanted: SlotDemand, others: Sequence[SlotDemand], *, block_chunks: int
+) -> None:
+    """Refuse, with numbers, an iteration that could stall for want of slots.
+
+    Alone, an iteration needs the slots of the blocks one batch spans (its
+    read-ahead simply waits for space). Beside others, each iteration's
+    current blocks must fit next to everything the others may pin with their
+    read-ahead, or two consumers taking turns (``zip(train, val)``) could
+    each wait for the other forever. Iterations register when their iterator
+    is created, so this check sees every iterator that can be advanced.
+    """
+    demands = [wanted, *others]
+    for path, apool in pool.arrays.items():
+        for i, d in enumerate(demands):
+            need = d.required.get(path, 0) + sum(o.full.get(path, 0) for j, o in enumerate(demands) if j != i)
+            if need <= apool.n_slots:
+                continue
+            names = [o.split for o in others]
+            beside = (
+                f" beside {len(others)} other iteration(s) of {names} (each with its read-ahead)"
+                if others
+                else ""
+            )
+            raise ConfigError(
+                f"cache_budget_bytes={pool.budget_bytes} gives array {apool.geom.path!r} {apool.n_slots} "
+                f"slot(s) of {apool.slot_nbytes} bytes, but iterating {wanted.split!r}{beside} needs {need}; "
+                f"raise cache_budget_bytes or lower block_chunks={block_chunks}"
+            )

@@ -111,8 +111,9 @@ def split_by_chunk(
     Every chunk overlapping ``sample_range`` (default: all samples) goes to
     exactly one split. ``contiguous=True`` keeps each split one run of
     neighbouring chunks (train first); otherwise chunks are dealt at random
-    from ``seed``. Chunk counts are rounded by largest remainder; a split that
-    would get no chunk is an error.
+    from ``seed``. Chunk counts are rounded by largest remainder; a split with
+    fraction 0 exists and is empty, and a positive fraction that would get no
+    chunk is an error.
     """
     fracs = [float(f) for f in fractions]
     if names is None:
@@ -122,8 +123,8 @@ def split_by_chunk(
     names = tuple(names)
     if len(names) != len(fracs) or len(set(names)) != len(names):
         raise ConfigError(f"names {names} must be unique and match fractions {tuple(fracs)}")
-    if any(not math.isfinite(f) or f <= 0 for f in fracs):
-        raise ConfigError(f"fractions must be positive, got {tuple(fracs)}")
+    if any(not math.isfinite(f) or f < 0 for f in fracs) or not any(f > 0 for f in fracs):
+        raise ConfigError(f"fractions must be non-negative with at least one positive, got {tuple(fracs)}")
     if abs(sum(fracs) - 1.0) > 1e-6:
         raise ConfigError(f"fractions must sum to 1, got {tuple(fracs)} (sum {sum(fracs):g})")
 
@@ -134,7 +135,9 @@ def split_by_chunk(
     c = geom.chunk_len
     chunk_ids = np.arange(lo // c, math.ceil(hi / c), dtype=np.int64)
     counts = _largest_remainder(fracs, len(chunk_ids))
-    empty = [name for name, k in zip(names, counts, strict=True) if k == 0]
+    # A zero fraction is a split that exists and is empty ("train only": (1.0, 0.0, 0.0)); a
+    # positive fraction that rounds to no chunk is an error, since the user asked for samples.
+    empty = [name for name, f, k in zip(names, fracs, counts, strict=True) if k == 0 and f > 0]
     if empty:
         raise ConfigError(
             f"split(s) {empty} would get no chunk: {len(chunk_ids)} chunk(s) of {c} samples "
@@ -163,7 +166,8 @@ def split_by_chunk(
 def _largest_remainder(fracs: Sequence[float], total: int) -> list[int]:
     exact = [f * total for f in fracs]
     counts = [math.floor(x) for x in exact]
-    order = sorted(range(len(fracs)), key=lambda i: (exact[i] - counts[i], -i), reverse=True)
+    positive = [i for i in range(len(fracs)) if fracs[i] > 0]  # a zero fraction never gets a chunk
+    order = sorted(positive, key=lambda i: (exact[i] - counts[i], -i), reverse=True)
     for i in order[: total - sum(counts)]:
         counts[i] += 1
     return counts

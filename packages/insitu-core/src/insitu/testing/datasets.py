@@ -17,7 +17,7 @@ def linear_regression_view(
 ) -> Iterator[DatasetView]:
     """The train split (75%) of ``y = x @ w + b`` in a memory store, read through a real
     ``InSituDataset``; the dataset is closed on exit. A model trained on it should fit."""
-    from insitu.arrays import open_geometries
+    from insitu.discovery import open_geometries
     from insitu.synthetic import make_linear_regression
 
     store = MemoryStore()

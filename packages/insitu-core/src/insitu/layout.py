@@ -1,4 +1,5 @@
-"""Read planning: slabs of one array -> store reads -> decoded pieces placed in pool slots.
+"""Chunk layout of one array: slabs -> store reads (whole chunks or shard byte ranges) -> decoded
+pieces placed in pool slots.
 
 A *read* is one GET (a whole stored chunk, or a byte range of a shard). Each
 read carries the *pieces* it decodes: one per chunk, or several inner chunks
@@ -111,7 +112,7 @@ class ArrayReader:
     def shard_key(self, shard: tuple[int, ...]) -> str:
         return str(self.key(shard))
 
-    def index_range(self, shard_nbytes: int | None = None) -> tuple[str, int]:
+    def index_range(self) -> tuple[str, int]:
         """``("suffix", n)`` or ``("range", n)``: where the shard index lives."""
         return ("suffix", self.index_nbytes) if self.index_at_end else ("range", self.index_nbytes)
 

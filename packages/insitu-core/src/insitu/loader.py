@@ -1,0 +1,413 @@
+"""Loading slabs into the pool: async fetch under one budget, decode in threads, transform.
+
+:class:`Engine` holds what every array shares: the store's fetcher and its
+``max_inflight`` budget, the decode threads and the counters. Each array has
+an :class:`ArrayLoader` that knows its layout (through its reader), its pool
+and its chunk transforms. ``Engine.load`` is called on the event loop with
+freshly reserved pool entries. Local files are read inside decode threads;
+other stores are fetched with ``Store.get`` under the ``max_inflight``
+semaphore. Sharded arrays first read each shard's index (cached), then fetch
+the inner chunks they need as coalesced byte ranges. When every piece of a
+slab is placed, the array's chunk transforms run once, and the slab becomes
+ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+
+from insitu.codecs import UnsupportedCodec
+from insitu.errors import BadChunkError, ConfigError
+from insitu.fetch import ChunkFetcher, RetryPolicy
+from insitu.geometry import ArrayGeometry
+from insitu.jobs import CallJob, DecodeJob, DecodePump, ReadItem
+from insitu.layout import ArrayReader, Piece, Read
+from insitu.options import BadChunkPolicy
+from insitu.pool import ArrayPool, ChunkPool, Slab
+from insitu.transforms import ChunkTransform, chain_runner, source_spec
+
+
+@dataclass
+class EngineStats:
+    """Counters a user can read from ``dataset.stats``."""
+
+    reads: int = 0  # GETs issued (whole chunks, byte ranges and shard indexes)
+    bytes_read: int = 0
+    chunks_decoded: int = 0
+    slabs_loaded: int = 0
+    slab_hits: int = 0  # slab uses served by the pool without a load
+    missing_chunks: int = 0  # absent from the store: fill value
+    bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip")
+    batches: int = 0
+    samples: int = 0
+    skipped_samples: int = 0
+    iterating_s: float = 0.0  # consumer wall time inside view iteration
+    waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class Engine:
+    """The shared part of loading: store fetcher and request budget, decode threads, counters."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: ChunkPool,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_inflight: int,
+        decode_threads: int,
+        on_bad_chunk: BadChunkPolicy,
+        chunk_transforms: Mapping[str, Sequence[ChunkTransform]],
+        retry: RetryPolicy,
+        decoders: Sequence[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.loop = loop
+        self.fetcher = ChunkFetcher(store, retry)
+        self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
+        self.pump = DecodePump(loop, decode_threads)
+        self.inflight = asyncio.Semaphore(max_inflight)
+        self.on_bad_chunk = on_bad_chunk
+        self.stats = EngineStats()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.loaders = {
+            path: ArrayLoader(
+                self,
+                apool,
+                _reader_for(apool.geom, decoders),
+                tuple(chunk_transforms.get(apool.geom.name, ())),
+            )
+            for path, apool in pool.arrays.items()
+        }
+
+    def load(self, path: str, entries: Sequence[Slab], priority: int = 0) -> None:
+        """Start loading freshly reserved entries of array ``path`` (each holds one load pin).
+
+        ``priority``: lower decodes first (the epoch passes the block number, so the block the
+        consumer waits for is not queued behind read-ahead blocks whose bytes arrived with it)."""
+        self.pool.note_resident()
+        self.loaders[path].load(entries, priority)
+
+    # -- housekeeping --------------------------------------------------------
+    def spawn(self, coro: Any) -> None:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        self.pump.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Stop without waiting for anything (finalisers, the loop's own thread): queued work is
+        dropped, running tasks are cancelled on the loop, threads exit after their current job."""
+        if not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down: nothing runs there
+                self.loop.call_soon_threadsafe(self._cancel_tasks)
+        self.pump.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _cancel_tasks(self) -> None:
+        self.pump.close()
+        for t in list(self._tasks):
+            t.cancel()
+
+    def shutdown_threads(self) -> None:
+        self.pump.shutdown()
+        self.executor.shutdown(wait=True, cancel_futures=False)
+
+
+class ArrayLoader:
+    """Loads the slabs of one array: reads, decodes, places and transforms them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        apool: ArrayPool,
+        reader: ArrayReader | None,
+        transforms: tuple[ChunkTransform, ...],
+    ) -> None:
+        self.engine = engine
+        self.apool = apool
+        self.geom = apool.geom
+        self.path = apool.geom.path
+        self.reader = reader
+        self.stats = engine.stats
+        self.fetcher = engine.fetcher
+        self.transform = chain_runner(self.geom.name, transforms, apool.spec) if transforms else None
+        # Transforms that change shape or dtype: chunks decode into a scratch slab, and the
+        # transformed slab is written to the (differently sized) slot.
+        self.uses_scratch = apool.spec != source_spec(self.geom)
+        self._shard_index: dict[tuple[int, ...], asyncio.Future[np.ndarray | None]] = {}
+        self._zarr_array: Any = None
+
+    def target(self, entry: Slab) -> np.ndarray:
+        """Where the chunks of a loading slab decode."""
+        return entry.scratch if entry.scratch is not None else self.apool.view(entry.slot)
+
+    def load(self, entries: Sequence[Slab], priority: int) -> None:
+        if self.uses_scratch:
+            for e in entries:
+                e.scratch = np.empty(self.geom.slab_shape, self.geom.dtype)
+        reader = self.reader
+        if reader is None:
+            for e in entries:
+                e.pending = 1
+                self.engine.spawn(self._load_via_zarr(e))
+            return
+        for e in entries:
+            e.pending = reader.chunks_per_slab
+        by_slab = {e.slab: e for e in entries}
+        if reader.geom.is_sharded:
+            for shard, wanted in reader.shards_of(by_slab).items():
+                self.engine.spawn(self._load_shard(shard, wanted, by_slab, priority))
+            return
+        items = [self._item(read, [by_slab[slab]] * len(read.pieces)) for slab, read in reader.reads(by_slab)]
+        self._dispatch(items, priority)
+
+    def _item(self, read: Read, targets: list[Slab]) -> ReadItem:
+        return ReadItem(read, targets, [self.target(t) for t in targets])
+
+    def _dispatch(self, items: list[ReadItem], priority: int = 0) -> None:
+        """Local files: read and decode in workers, several reads per job. Else: fetch each on the loop."""
+        if not self.fetcher.reads_files:
+            for item in items:
+                self.engine.spawn(self._fetch_then_decode(item, priority))
+            return
+        self.stats.reads += len(items)
+        pump = self.engine.pump
+        # Enough jobs to occupy every thread, few enough that one loop-to-thread hop
+        # (and one completion callback) serves several chunks.
+        per_job = max(1, min(MAX_ITEMS_PER_JOB, -(-len(items) // pump.threads)))
+        for i in range(0, len(items), per_job):
+            pump.submit(self._job(items[i : i + per_job], local=True), priority)
+
+    def _job(self, items: list[ReadItem], *, local: bool = False) -> DecodeJob:
+        assert self.reader is not None
+        return DecodeJob(
+            self.reader,
+            items,
+            on_done=self._job_done,
+            local=self.fetcher if local else None,
+            fill_on_error=self._error_fill(),
+        )
+
+    async def _fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
+        read = item.read
+        try:
+            async with self.engine.inflight:
+                self.stats.reads += 1
+                item.raw = await self.fetcher.get(read.key, read.byte_range)
+        except Exception as exc:
+            self._fail_pieces(item, exc)
+            return
+        self.engine.pump.submit(self._job([item]), priority)
+
+    async def _load_shard(
+        self,
+        shard: tuple[int, ...],
+        wanted: list[tuple[int, tuple[int, ...]]],
+        by_slab: dict[int, Slab],
+        priority: int = 0,
+    ) -> None:
+        reader = self.reader
+        assert reader is not None
+        try:
+            index = await self._get_shard_index(shard)
+        except Exception as exc:
+            for slab, coords in wanted:
+                read = Read(reader.shard_key(shard), None, (Piece(coords, 0, None),))
+                self._fail_pieces(self._item(read, [by_slab[slab]]), exc)
+            return
+        reads, missing = reader.coalesced_reads(shard, index, wanted)
+        if missing:  # absent inner chunks: a job with no bytes writes the fill value
+            fill = Read(reader.shard_key(shard), None, tuple(Piece(c, 0, None) for _, c in missing))
+            self.engine.pump.submit(self._job([self._item(fill, [by_slab[s] for s, _ in missing])]), priority)
+        items = [self._item(read, [by_slab[s] for s in slabs]) for slabs, read in reads]
+        if len(items) > 1 and self.fetcher.reads_many_ranges:
+            # Several runs of one shard (a sparse selection): one multi-range request, not one per run.
+            await self._fetch_ranges_then_decode(reader.shard_key(shard), items, priority)
+        elif items:
+            self._dispatch(items, priority)
+
+    async def _fetch_ranges_then_decode(self, key: str, items: list[ReadItem], priority: int = 0) -> None:
+        ranges = [item.read.byte_range for item in items]
+        try:
+            async with self.engine.inflight:
+                self.stats.reads += 1
+                parts = await self.fetcher.get_ranges(key, [r for r in ranges if r is not None])
+        except Exception as exc:
+            for item in items:
+                self._fail_pieces(item, exc)
+            return
+        for i, item in enumerate(items):
+            item.raw = None if parts is None else parts[i]
+        self.engine.pump.submit(self._job(items), priority)
+
+    async def _get_shard_index(self, shard: tuple[int, ...]) -> np.ndarray | None:
+        reader = self.reader
+        assert reader is not None
+        fut = self._shard_index.get(shard)
+        if fut is None:
+            fut = self.engine.loop.create_future()
+            self._shard_index[shard] = fut
+            try:
+                where, n = reader.index_range()
+                async with self.engine.inflight:
+                    self.stats.reads += 1
+                    if where == "suffix":
+                        raw = await self.fetcher.get(reader.shard_key(shard), suffix=n)
+                    else:
+                        raw = await self.fetcher.get(reader.shard_key(shard), byte_range=(0, n))
+                fut.set_result(None if raw is None else reader.decode_index(raw))
+            except Exception as exc:
+                del self._shard_index[shard]
+                fut.set_exception(exc)
+                fut.exception()  # retrieved here; re-raised to every waiter below
+        return await asyncio.shield(fut)
+
+    async def _load_via_zarr(self, entry: Slab) -> None:
+        """Fallback for codecs the direct decoder does not know: zarr reads the region."""
+        g = self.geom
+        if self._zarr_array is None:
+            self._zarr_array = zarr.open_array(store=self.engine.store, path=self.path, mode="r").async_array
+        c = g.chunk_len
+        lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
+        region = tuple(slice(lo, hi) if d == g.sample_axis else slice(None) for d in range(len(g.shape)))
+        try:
+            async with self.engine.inflight:
+                data = await self._zarr_array.getitem(region)
+        except Exception as exc:
+            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)))
+            return
+        view = self.target(entry)
+
+        def place() -> None:
+            view[: hi - lo] = np.moveaxis(np.asarray(data), g.sample_axis, 0)
+
+        def done(res: Any) -> None:
+            err = _error_or_none(res)
+            self._piece_done(
+                entry, None if err is None else BadChunkError(self.path, f"samples {lo}:{hi}", repr(err))
+            )
+
+        self.stats.chunks_decoded += 1
+        self.engine.pump.submit(CallJob(place, done))
+
+    # -- completion (loop thread) ----------------------------------------------------------------
+    def _job_done(self, job: DecodeJob, results: Any) -> None:
+        stats = self.stats
+        for item, (nbytes, errors, missing) in zip(job.items, results, strict=True):
+            stats.bytes_read += nbytes
+            if missing:
+                stats.missing_chunks += len(item.targets)
+            for piece, entry, err in zip(item.read.pieces, item.targets, errors, strict=True):
+                if err is None:
+                    if not missing:
+                        stats.chunks_decoded += 1
+                    self._piece_done(entry, None)
+                else:
+                    self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(err)))
+
+    def _fail_pieces(self, item: ReadItem, exc: BaseException) -> None:
+        fill = self._error_fill()
+        for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
+            if fill is not None and self.reader is not None:
+                self.reader.fill(piece.coords, fill, view)
+            self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)))
+
+    def _piece_done(self, entry: Slab, error: BadChunkError | None) -> None:
+        if error is not None:
+            if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
+                if entry.error is None:
+                    entry.error = error
+            else:
+                self.stats.bad_chunks += 1
+                entry.bad = True
+        entry.pending -= 1
+        if entry.pending == 0:
+            if entry.error is None and self.transform is not None:
+                self._transform(entry)
+            else:
+                self._finish_slab(entry, entry.error)
+
+    def _transform(self, entry: Slab) -> None:
+        """Run the chunk transforms on the placed slab in a worker, then finish it."""
+        assert self.transform is not None
+        rows = self.apool.rows(entry.slab)
+        src = self.target(entry)[:rows]
+        dst = self.apool.view(entry.slot)[:rows]
+        transform = self.transform
+
+        def run() -> None:
+            out = transform(src)
+            if out is not dst:
+                dst[...] = out
+
+        self.engine.pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
+
+    def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
+        entry.scratch = None
+        apool = self.apool
+        if error is not None:
+            apool.discard(entry)
+        else:
+            self.stats.slabs_loaded += 1
+            apool.mark_ready(entry)
+            if entry.bad:
+                apool.bad[entry.slab] = True
+        entry.finish(error)
+        apool.unpin(entry, None)  # the load pin
+        self.engine.pool.notify_space()
+
+    def _error_fill(self) -> Any:
+        if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
+            return None
+        return np.nan if self.geom.dtype.kind in "fc" else self.geom.fill_value
+
+
+# Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
+MAX_ITEMS_PER_JOB = 8
+
+
+def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
+    """The first registered decoder (in ``decoders`` order, default: all) that handles
+    this array's codecs; None means zarr's own pipeline reads it."""
+    from insitu.plugins import get_registry
+
+    registered = get_registry().decoders
+    for name in decoders if decoders is not None else registered:
+        decoder = registered[name](geom) if name in registered else _unknown_decoder(name, registered)
+        if decoder is not None:
+            try:
+                return ArrayReader(geom, decoder)
+            except (UnsupportedCodec, ValueError):  # e.g. a shard index codec we cannot read
+                return None
+    return None
+
+
+def _unknown_decoder(name: str, registered: Mapping[str, Any]) -> Any:
+    raise ConfigError(f"unknown decoder {name!r}; registered decoders: {sorted(registered)}")
+
+
+def _piece_key(read: Read, piece: Piece) -> str:
+    return read.key if read.byte_range is None else f"{read.key} (inner chunk {piece.coords})"
+
+
+def _error_or_none(result: Any) -> BaseException | None:
+    return result if isinstance(result, BaseException) else None

@@ -1,0 +1,154 @@
+"""The dataset's keyword arguments, validated once into small frozen option objects.
+
+``InSituDataset`` keeps its public keywords (they are the user contract);
+this module checks each of them once, naming the bad value, and groups them
+by the part of the engine that reads them. Downstream modules receive these
+objects and do not re-validate.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from insitu.errors import ConfigError
+
+DEFAULT_CACHE_BUDGET = 1 << 30  # 1 GiB: residency for a few blocks plus a useful cache
+
+
+class BadChunkPolicy(enum.Enum):
+    """What a chunk that cannot be read or decoded becomes."""
+
+    RAISE = "raise"  # the epoch fails with BadChunkError naming the chunk
+    NAN = "nan"  # its samples are NaN (the fill value for integer arrays), counted in stats
+    SKIP = "skip"  # its samples are left out of the batches, counted in stats
+
+    @classmethod
+    def parse(cls, value: Any) -> BadChunkPolicy:
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            choices = tuple(p.value for p in cls)
+            raise ConfigError(f"on_bad_chunk={value!r}; expected one of {choices}") from None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How an epoch is ordered, read ahead and batched."""
+
+    batch_size: int
+    block_chunks: int
+    max_inflight: int
+    prefetch: int
+    readahead_blocks: int
+    decode_threads: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """The decoded-chunk pool's byte budget and its optional disk tier."""
+
+    budget_bytes: int
+    cache_dir: Path | None
+    persist: bool
+    rebuild: bool
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """Which rank of how many this dataset reads by default, and how uneven ranks are evened."""
+
+    rank: int
+    world_size: int
+    uneven: str
+
+
+def read_options(
+    *,
+    batch_size: Any,
+    block_chunks: Any,
+    max_inflight: Any,
+    prefetch: Any,
+    readahead_blocks: Any,
+    decode_threads: Any,
+    seed: Any,
+    shuffle: Any,
+    drop_last: Any,
+) -> ReadOptions:
+    threads = (os.cpu_count() or 1) if decode_threads is None else decode_threads
+    return ReadOptions(
+        batch_size=positive_int("batch_size", batch_size),
+        block_chunks=positive_int("block_chunks", block_chunks),
+        max_inflight=positive_int("max_inflight", max_inflight),
+        prefetch=positive_int("prefetch", prefetch),
+        readahead_blocks=positive_int("readahead_blocks", readahead_blocks),
+        decode_threads=positive_int("decode_threads", threads),
+        seed=seed_value("seed", seed),
+        shuffle=flag("shuffle", shuffle),
+        drop_last=flag("drop_last", drop_last),
+    )
+
+
+def cache_options(*, budget_bytes: Any, cache_dir: Any, persist: Any) -> CacheOptions:
+    if not (persist is True or persist is False or persist == "rebuild"):
+        raise ConfigError(f"persist={persist!r}; expected False, True or 'rebuild'")
+    if persist and cache_dir is None:
+        raise ConfigError("persist=True needs a cache_dir to keep decoded chunks in")
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise ConfigError(f"cache_dir must be a path, got {type(cache_dir).__name__}: {cache_dir!r}")
+    return CacheOptions(
+        budget_bytes=positive_int("cache_budget_bytes", budget_bytes),
+        cache_dir=None if cache_dir is None else Path(cache_dir),
+        persist=bool(persist),
+        rebuild=persist == "rebuild",
+    )
+
+
+def shard_options(*, rank: Any, world_size: Any, uneven: Any) -> ShardOptions:
+    check_rank(rank, world_size)
+    if uneven not in ("drop", "pad"):
+        raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
+    return ShardOptions(rank=int(rank), world_size=int(world_size), uneven=uneven)
+
+
+# -- single-value checks, shared with the views and the order --------------------------------------
+_MAX_INT = 2**62  # far beyond any sample count; keeps numpy's int64 arithmetic exact
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as an int >= 1, else a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if value > _MAX_INT:
+        raise ConfigError(f"{name}={value!r} is too large (at most 2**62)")
+    return int(value)
+
+
+def seed_value(name: str, value: Any) -> int:
+    """A seed: an int >= 0 (numpy's generators refuse negative seeds, and 1.5 is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_rank(rank: Any, world_size: Any) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise ConfigError(f"rank={rank!r} must be in [0, world_size={world_size})")

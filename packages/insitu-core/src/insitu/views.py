@@ -1,0 +1,296 @@
+"""Split views of a dataset, and the iterator that owns one pass over a view.
+
+A :class:`DatasetView` is one split on one rank: it knows its epoch plan,
+where its last pass stopped (``state_dict``) and where the next one resumes.
+Iterating it creates a :class:`ViewIterator`, which owns its epoch run, its
+progress and its share of the pool; it registers with the dataset as soon as
+it is created, so the budget check sees every iterator that can be advanced
+(``zip(ds.train, ds.val)`` is checked before either moves).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from insitu.batch import Batch
+from insitu.epoch import END, EpochRun
+from insitu.errors import ConfigError, DatasetClosedError
+from insitu.loop import in_loop_thread, submit
+from insitu.options import BadChunkPolicy, check_rank
+from insitu.plan import EpochPlan
+from insitu.pool import SlotDemand
+
+if TYPE_CHECKING:
+    from insitu.dataset import InSituDataset
+
+STATE_FORMAT = "insitu.ViewState/1"
+CLOSED = object()  # put in a run's queue by close(): wakes a consumer blocked on it
+
+
+class DatasetView:
+    """One split of a dataset, on one rank. Iterate for batches; ``len()`` is batches per epoch."""
+
+    def __init__(
+        self, dataset: InSituDataset, split: str, *, shuffle: bool, rank: int = 0, world_size: int = 1
+    ):
+        self.dataset = dataset
+        self.split = split
+        self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        self._progress: tuple[int, int] | None = None  # (epoch, batches handed out) of the last pass
+        self._resume: tuple[int, int] | None = None  # (epoch, first batch) for the next pass
+
+    def shard(self, rank: int, world_size: int) -> DatasetView:
+        """This split as seen by ``rank`` of ``world_size``: disjoint chunks, equal batch counts."""
+        return self.dataset.view(self.split, rank=rank, world_size=world_size)
+
+    def for_rank(self, rank: int, world_size: int, *, source: str = "the caller") -> DatasetView:
+        """The view ``rank`` of ``world_size`` reads: this view sharded, or this view itself when it
+        is already sharded that way; sharded any other way is a ConfigError naming ``source``
+        (e.g. ``"torch.distributed"``), the authority for ``rank`` and ``world_size``."""
+        check_rank(rank, world_size)
+        if self.world_size == 1:
+            return self.shard(rank, world_size) if world_size > 1 else self
+        if (self.rank, self.world_size) != (rank, world_size):
+            raise ConfigError(
+                f"the view is already sharded as rank {self.rank} of {self.world_size}, but {source} says "
+                f"rank {rank} of {world_size}; pass the unsharded view"
+            )
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        return self.dataset.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.dataset.drop_last
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(g.label for g in self.dataset.labels)
+
+    @property
+    def sample_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of one sample of each label, as batches deliver it (after chunk transforms)."""
+        return {label: spec.sample_shape for label, spec in self.dataset.label_specs.items()}
+
+    @property
+    def dtypes(self) -> dict[str, np.dtype[Any]]:
+        """Dtype of each label, as batches deliver it (after chunk transforms)."""
+        return {label: spec.dtype for label, spec in self.dataset.label_specs.items()}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Same as ``dataset.set_epoch``."""
+        self.dataset.set_epoch(epoch)
+
+    def plan(self) -> EpochPlan:
+        return self.dataset.plan(self.split, self.shuffle, rank=self.rank, world_size=self.world_size)
+
+    def __len__(self) -> int:
+        return self.plan().n_batches
+
+    def sample_order(self) -> np.ndarray:
+        """Anchors in the order this epoch delivers them (before batching)."""
+        plan = self.plan()
+        n = plan.n_batches * plan.batch_size if self.drop_last else len(plan.order.anchors)
+        return plan.order.anchors[:n].copy()
+
+    def __iter__(self) -> ViewIterator:
+        ds = self.dataset
+        ds.check_open()
+        epoch = ds.epoch
+        start = 0
+        resume, self._resume = self._resume, None
+        plan = self.plan()
+        if resume is not None and resume[0] == epoch:
+            start = min(resume[1], plan.n_batches)
+        return ViewIterator(self, plan, epoch, start)
+
+    # -- exact resume -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where this view stands: epoch and batches handed out, plus what must match to resume.
+
+        Load it with :meth:`load_state_dict` on a view of an identically built
+        dataset (same manifest, seed, batch size, ranks...), in this or
+        another process: the next iteration continues with the next batch.
+        """
+        epoch, done = self._progress if self._progress is not None else (self.dataset.epoch, 0)
+        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, **self._identity()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise ConfigError(f"not an insitu view state (format={fmt!r}, expected {STATE_FORMAT!r})")
+        for key, value in self._identity().items():
+            if state.get(key) != value:
+                what = "resuming with a different world size is not supported" if key == "world_size" else ""
+                raise ConfigError(
+                    f"state does not match this view: {key}={state.get(key)!r} in the state, "
+                    f"{value!r} here{'; ' + what if what else ''}"
+                )
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        if epoch < 0 or done < 0:
+            raise ConfigError(
+                f"state has a negative epoch or batch count: epoch={epoch}, batches_done={done}"
+            )
+        self.dataset.set_epoch(epoch)
+        self._resume = (epoch, done)
+        self._progress = (epoch, done)
+
+    def _identity(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {
+            "split": self.split,
+            "shuffle": self.shuffle,
+            "seed": ds.seed,
+            "batch_size": ds.batch_size,
+            "drop_last": ds.drop_last,
+            "block_chunks": ds.block_chunks,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "uneven": ds.uneven,
+            "labels": [g.label for g in ds.labels],
+            "manifest": hashlib.sha256(ds.manifest.to_json().encode()).hexdigest()[:16],
+        }
+
+    def __repr__(self) -> str:
+        return f"DatasetView(split={self.split!r}, shuffle={self.shuffle}, batch_size={self.batch_size})"
+
+
+class ViewIterator(Iterator[Batch]):
+    """One pass over a view: owns its epoch run, its progress and its registration with the dataset.
+
+    The run starts on the first ``next()``. ``close()`` (also called when the
+    iterator is exhausted, garbage-collected, or its dataset is closed)
+    cancels the run and releases its pool slots; a consumer blocked in
+    ``next()`` when the dataset closes gets :class:`DatasetClosedError`.
+    """
+
+    def __init__(self, view: DatasetView, plan: EpochPlan, epoch: int, start_batch: int) -> None:
+        ds = view.dataset
+        self.view = view
+        self.epoch = epoch
+        self.batches_done = start_batch
+        self._dataset = ds
+        self._engine = ds.engine
+        self._loop = ds.engine.loop
+        self._run = EpochRun(
+            ds.engine,
+            ds.gatherer,
+            plan,
+            split=view.split,
+            epoch=epoch,
+            prefetch=ds.options.prefetch,
+            readahead_blocks=ds.options.readahead_blocks,
+            skip_bad=ds.on_bad_chunk is BadChunkPolicy.SKIP,
+            start_batch=start_batch,
+        )
+        self.demand = SlotDemand(
+            view.split,
+            required={p: plan.max_slots(p, plan.batch_span) for p in ds.pool.arrays},
+            full={
+                p: plan.max_slots(p, plan.batch_span + ds.options.readahead_blocks) for p in ds.pool.arrays
+            },
+        )
+        self._future: concurrent.futures.Future[None] | None = None
+        self._finished = False
+        self._started_at = 0.0
+        ds.register(self)  # checks the budget against every other live iterator, or raises
+        view._progress = (epoch, start_batch)
+
+    def __iter__(self) -> ViewIterator:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._finished:
+            raise StopIteration
+        ds = self._dataset
+        if ds.closed:
+            self._finish(wait=False)
+            raise DatasetClosedError(
+                "this InSituDataset was closed while one of its views was being iterated"
+            )
+        if self._future is None:
+            self._started_at = time.perf_counter()
+            self._future = submit(self._run.main())
+        run, stats = self._run, self._engine.stats
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = run.out.get(timeout=0.5)
+            except queue.Empty:
+                stats.waiting_s += time.perf_counter() - t0
+                if ds.closed:
+                    item = CLOSED
+                elif self._future.done() and run.out.empty():
+                    self._finish(wait=False)
+                    self._future.result()  # re-raise a crash of the run itself
+                    raise RuntimeError("insitu: epoch ended without a final marker") from None
+                else:
+                    continue
+            stats.waiting_s += time.perf_counter() - t0
+            if item is END:
+                self._finish(wait=True)
+                raise StopIteration
+            if item is CLOSED:
+                self._finish(wait=False)
+                raise DatasetClosedError(
+                    "this InSituDataset was closed while one of its views was being iterated"
+                )
+            if isinstance(item, BaseException):
+                self._finish(wait=True)
+                raise item
+            self._loop.call_soon_threadsafe(run.release_credit)
+            self.batches_done = item.index + 1
+            self.view._progress = (self.epoch, self.batches_done)  # counted as handed out once returned
+            return item  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop this pass early and release what it holds; waits for the run to stop."""
+        self._finish(wait=True)
+
+    def wake_closed(self) -> None:
+        """The dataset is closing: cancel the run and wake a consumer blocked in ``next()``."""
+        self._cancel()
+        self._run.out.put(CLOSED)
+
+    def _cancel(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nothing is running there
+            self._loop.call_soon_threadsafe(self._run.cancel)
+
+    def _finish(self, *, wait: bool) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._dataset.unregister(self)
+        if self._future is None:
+            return
+        self._engine.stats.iterating_s += time.perf_counter() - self._started_at
+        self._cancel()
+        # Waiting lets the run release its pins before a next pass starts. Never from the loop's
+        # own thread (it would wait for itself) or while the interpreter shuts down.
+        if wait and not in_loop_thread() and not sys.is_finalizing() and threading.main_thread().is_alive():
+            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
+                self._future.result(timeout=60)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._finish(wait=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"ViewIterator(split={self.view.split!r}, epoch={self.epoch}, batches_done={self.batches_done})"
+        )
