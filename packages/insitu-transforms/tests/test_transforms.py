@@ -228,3 +228,34 @@ def test_plugin_registers_transforms_by_name() -> None:
     assert_registers("insitu_transforms.plugin", "transforms", names, exact=True)
     assert_entry_point("transforms", "insitu_transforms.plugin")
     assert insitu.StandardScaler is StandardScaler
+
+
+def _two_array_store(tmp_path: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    import zarr
+    from zarr.storage import LocalStore
+
+    rng = np.random.default_rng(5)
+    data = {name: rng.standard_normal((24, 3, 4)).astype("f4") for name in ("a", "b")}
+    group = zarr.open_group(tmp_path, mode="w")
+    for name, values in data.items():
+        group.create_array(name, shape=values.shape, chunks=(4, 3, 4), dtype=values.dtype)[...] = values
+    return LocalStore(tmp_path, read_only=True), data
+
+
+def test_cast_float16_runs_through_the_engine_and_halves_the_pool(tmp_path: Any) -> None:
+    store, data = _two_array_store(tmp_path)
+    geoms = insitu.open_geometries(store)
+    manifest = insitu.split_by_chunk(geoms["a"], (1.0,))
+    with insitu.InSituDataset(
+        store, manifest, batch_size=5, block_chunks=2, chunk_transforms=[Cast("float16", labels=["a"])]
+    ) as ds:
+        assert ds.train.dtypes == {"a": np.dtype("f2"), "b": np.dtype("f4")}
+        assert ds.pool.arrays["a"].arena.dtype == np.dtype("f2")
+        assert (
+            ds.pool.arrays["a"].slot_nbytes * 2 == ds.pool.arrays["b"].slot_nbytes
+        )  # the budget buys twice the rows
+        batches = list(ds.train)
+    for b in batches:
+        np.testing.assert_array_equal(b["a"], data["a"][b.sample_indices].astype("f2"))
+        np.testing.assert_array_equal(b["b"], data["b"][b.sample_indices])
+    assert sum(b.size for b in batches) == 24

@@ -160,13 +160,18 @@ class DecodePump:
     def close(self) -> None:
         """Stop taking work (on the loop); queued jobs complete with an error so no waiter hangs."""
         self.closed = True
+        stops = 0
         while True:
             try:
                 *_, job = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
+            if job is None:
+                stops += 1
+            else:
                 job.complete(RuntimeError(_CLOSED))
+        for _ in range(stops):  # a stop() already queued must still reach a worker
+            self._queue.put((-math.inf, next(self._seq), None))
 
     def stop(self) -> None:
         """Tell the workers to exit after their current job, without waiting (safe in finalisers)."""

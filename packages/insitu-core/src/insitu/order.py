@@ -83,6 +83,8 @@ def epoch_order(
     if not 0 <= rank < world_size:
         raise ConfigError(f"rank={rank} must be in [0, world_size={world_size})")
     chunks = np.asarray(split_chunks(manifest, split), dtype=np.int64)
+    if len(chunks) == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
+        return EpochOrder(np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), ())
     # Each chunk's valid samples are one run [first, first + size): computed for every chunk at
     # once, since a per-chunk loop costs seconds at a million chunks (and shows in time to first batch).
     first, sizes = _chunk_runs(manifest, chunks, anchor_range)

@@ -7,7 +7,9 @@ change the dtype and the per-sample shape if it says so:
 * ``out_spec(shape, dtype) -> (shape, dtype)`` declares the output for an
   input of ``shape`` (``(chunk_len, *sample_shape)``) and ``dtype``. The pool
   sizes its slots for the declared output. Omitted: output = input. The
-  sample-axis length must be kept (samples are addressed by index).
+  sample-axis length must be kept (samples are addressed by index). A
+  transform that treats arrays differently may take the array's name as a
+  keyword: ``out_spec(shape, dtype, *, name)``.
 * ``fingerprint() -> str`` names the transform and its parameters for the
   persisted cache. Omitted: a default made of the qualified name, a hash of
   the code and a hash of the pickled state, stable across processes; a
@@ -81,7 +83,10 @@ def output_spec(geom: ArrayGeometry, transforms: Sequence[ChunkTransform]) -> Sl
         if not isinstance(t, DeclaresOutput):
             continue
         try:
-            shape, dtype = t.out_spec(spec.shape, spec.dtype)
+            if _takes_name(t.out_spec):
+                shape, dtype = t.out_spec(spec.shape, spec.dtype, name=geom.name)  # type: ignore[call-arg]
+            else:
+                shape, dtype = t.out_spec(spec.shape, spec.dtype)
             out = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
         except Exception as exc:
             raise ConfigError(
@@ -100,6 +105,13 @@ def output_spec(geom: ArrayGeometry, transforms: Sequence[ChunkTransform]) -> Sl
             )
         spec = out
     return spec
+
+
+def _takes_name(fn: Any) -> bool:
+    try:
+        return "name" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def chain_runner(

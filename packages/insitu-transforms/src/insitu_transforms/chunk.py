@@ -2,7 +2,8 @@
 
 Each is a callable ``(label, block) -> block`` (the block has the sample axis
 first) with a ``fingerprint()`` that the cache keys include, so changing a
-transform never serves blocks made by the old one.
+transform never serves blocks made by the old one. A transform that changes
+the dtype declares it with ``out_spec`` so the pool's slots hold its output.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ class Cast:
         if self.labels is not None and label not in self.labels:
             return block
         return block.astype(self.dtype, copy=False)
+
+    def out_spec(
+        self, shape: tuple[int, ...], dtype: np.dtype, *, name: str
+    ) -> tuple[tuple[int, ...], np.dtype]:
+        """As a chunk transform: the pool holds ``dtype`` for the arrays this cast applies to."""
+        return shape, (self.dtype if self.labels is None or name in self.labels else np.dtype(dtype))
 
     def fingerprint(self) -> str:
         """``Cast(<dtype>;<labels>)``, stable across runs."""

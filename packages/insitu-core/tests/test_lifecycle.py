@@ -1,0 +1,170 @@
+"""A dataset is usable without close(): scripts exit promptly and quietly; close() wakes consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import field, write_array
+from zarr.storage import LocalStore, WrapperStore
+
+import insitu
+from insitu.errors import DatasetClosedError
+
+# Generous for a loaded 2-core machine; a hang at exit is what this catches (it used to be forever).
+EXIT_TIMEOUT_S = 60
+
+SCRIPT_HEAD = """
+import numpy as np, zarr, insitu
+root = {root!r}
+store = zarr.storage.LocalStore(root, read_only=True)
+g = insitu.open_geometries(store)
+ds = insitu.InSituDataset(store, insitu.split_by_chunk(g["x"], fractions=(1.0,)), batch_size=4)
+"""
+
+SCRIPTS = {
+    "never_iterated": "",
+    "iterated_to_the_end": "n = sum(b.size for b in ds.train)\nassert n == 40, n",
+    "iterator_left_unconsumed": "it = iter(ds.train)\nfirst = next(it)\nassert first.size == 4",
+    "iterator_created_never_advanced": "it = iter(ds.train)",
+    "break_mid_epoch": "for b in ds.train:\n    break",
+    "persisted_cache_never_closed": "",
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lifecycle")
+    write_array(path, "x", field(40, (3, 5), seed=2), (4, 3, 5))
+    return path
+
+
+def _run_script(body: str, root: Path, extra: str = "") -> subprocess.CompletedProcess[str]:
+    code = textwrap.dedent(SCRIPT_HEAD.format(root=str(root))) + extra + body + "\n"
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=EXIT_TIMEOUT_S,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS))
+def test_script_that_never_closes_exits_promptly_and_quietly(case: str, root: Path, tmp_path: Path) -> None:
+    extra = ""
+    if case == "persisted_cache_never_closed":
+        extra = (
+            f"ds = insitu.InSituDataset(store, insitu.split_by_chunk(g['x'], fractions=(1.0,)), batch_size=4, "
+            f"cache_dir={str(tmp_path / 'cache')!r}, persist=True)\nfor b in ds.train: pass\n"
+        )
+    proc = _run_script(SCRIPTS[case], root, extra)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr  # no 'coroutine was never awaited', no thread tracebacks
+
+
+def test_script_that_raises_mid_epoch_still_exits(root: Path) -> None:
+    proc = _run_script("for b in ds.train:\n    raise SystemExit(3)", root)
+    assert proc.returncode == 3
+    assert proc.stderr == ""
+
+
+def _dataset(root: Path, **kwargs: object) -> insitu.InSituDataset:
+    store = LocalStore(root, read_only=True)
+    g = insitu.open_geometries(store)
+    return insitu.InSituDataset(
+        store, insitu.split_by_chunk(g["x"], fractions=(1.0,)), batch_size=4, **kwargs
+    )
+
+
+class StallingStore(WrapperStore[Any]):
+    """Serves the first ``free`` chunk GETs, then stalls every later one until cancelled."""
+
+    def __init__(self, store: Any, free: int) -> None:
+        super().__init__(store)
+        self.free = free
+        self.stalled = threading.Event()
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if "/c/" in key or key.split("/")[-1][:1].isdigit():
+            if self.free <= 0:
+                self.stalled.set()
+                await asyncio.sleep(3600)
+            self.free -= 1
+        return await self._store.get(key, prototype, byte_range)
+
+
+def test_close_from_another_thread_wakes_a_blocked_consumer(root: Path) -> None:
+    store = StallingStore(LocalStore(root, read_only=True), free=1)
+    g = insitu.open_geometries(store)
+    ds = insitu.InSituDataset(
+        store, insitu.split_by_chunk(g["x"], fractions=(1.0,)), batch_size=4, shuffle=False
+    )
+    it = iter(ds.train)
+    assert next(it).size == 4  # the one chunk served
+    threading.Thread(target=lambda: (store.stalled.wait(), ds.close()), daemon=True).start()
+    with pytest.raises(DatasetClosedError):
+        next(it)  # blocked on a stalled chunk until the other thread closes the dataset
+    assert ds.closed
+
+
+def test_close_inside_the_loop_body_ends_the_loop_with_dataset_closed_error(root: Path) -> None:
+    ds = _dataset(root)
+    seen = 0
+
+    def loop_that_closes() -> None:
+        nonlocal seen
+        for _ in ds.train:
+            seen += 1
+            ds.close()
+
+    with pytest.raises(DatasetClosedError, match="closed"):
+        loop_that_closes()
+    assert seen == 1
+
+
+def test_close_of_a_held_iterator_then_next_raises_dataset_closed_error(root: Path) -> None:
+    ds = _dataset(root)
+    it = iter(ds.train)
+    next(it)
+    ds.close()
+    with pytest.raises(DatasetClosedError):
+        next(it)
+    with pytest.raises(DatasetClosedError):
+        iter(ds.train)
+
+
+def test_unclosed_datasets_are_collected_with_their_threads(root: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    refs = []
+    for _ in range(3):
+        ds = _dataset(root)
+        it = iter(ds.train)
+        next(it)
+        refs.append(weakref.ref(ds))
+        del ds, it
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+    # Decode and gather threads of collected datasets exit after their current job; wait for them.
+    for t in threading.enumerate():
+        if t.ident not in before and t.name.startswith("insitu-") and t.name != "insitu-loop":
+            t.join(timeout=EXIT_TIMEOUT_S)
+    leftover = [t.name for t in threading.enumerate() if t.ident not in before and t.name != "insitu-loop"]
+    assert leftover == []
+
+
+def test_values_still_match_after_an_abandoned_pass(root: Path) -> None:
+    src = np.asarray(field(40, (3, 5), seed=2))
+    with _dataset(root, cache_budget_bytes=4 * 15 * 4 * 8) as ds:
+        for _ in ds.train:
+            break
+        for b in ds.train:
+            np.testing.assert_array_equal(b["x"], src[b.sample_indices])
