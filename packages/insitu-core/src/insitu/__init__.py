@@ -16,6 +16,7 @@ from insitu.discovery import open_geometries
 from insitu.errors import BadChunkError, ConfigError, DatasetClosedError, InSituError, StaleCacheError
 from insitu.fetch import RetryPolicy
 from insitu.geometry import ArrayGeometry
+from insitu.sources import BatchedView
 from insitu.splits import SplitManifest, split_by_chunk
 from insitu.stores import open_store
 
@@ -25,6 +26,7 @@ __all__ = [
     "ArrayGeometry",
     "BadChunkError",
     "Batch",
+    "BatchedView",
     "ConfigError",
     "DatasetClosedError",
     "DatasetView",
