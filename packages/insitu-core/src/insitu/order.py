@@ -77,11 +77,10 @@ def epoch_order(
     ``block_chunks``), so the first batch waits for a batch's worth of chunks
     rather than a whole block: time to first batch stays small whatever
     ``block_chunks`` is.
+
+    Arguments are validated where users give them (:mod:`insitu.options`);
+    only what depends on the data (more ranks than chunks) is checked here.
     """
-    if block_chunks < 1:
-        raise ConfigError(f"block_chunks must be >= 1, got {block_chunks}")
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"rank={rank} must be in [0, world_size={world_size})")
     chunks = np.asarray(split_chunks(manifest, split), dtype=np.int64)
     if len(chunks) == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
         return EpochOrder(np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), ())
@@ -98,8 +97,6 @@ def epoch_order(
     rng = epoch_rng(seed, epoch, split)
     perm = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
     mine = perm[rank::world_size]
-    if uneven not in ("drop", "pad"):
-        raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
     limit = None
     if world_size > 1:
         per_rank = [int(sizes[perm[r::world_size]].sum()) for r in range(world_size)]
