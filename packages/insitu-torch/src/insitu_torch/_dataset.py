@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch.utils.data import IterableDataset
 
+from insitu.sources import BatchedView, require_shardable_view
 from insitu_torch._batch import TorchBatch
+from insitu_torch._loader_checks import install_collate_refusal, refuse_pickling, refuse_worker_process
 from insitu_torch.adapter import to_torch
+
+install_collate_refusal()
 
 
 class InSituIterableDataset(IterableDataset[TorchBatch]):
     """Yields one :class:`TorchBatch` per insitu batch; one pass over ``view`` per iteration.
 
     Built by :func:`insitu_torch.as_torch`. ``view`` is the (already
-    sharded) view this process reads.
+    sharded) view this process reads. Only ``DataLoader(dataset,
+    batch_size=None, num_workers=0)`` fits: see ``_loader_checks`` for how
+    other settings are refused.
     """
 
     def __init__(
         self,
-        view: Any,
+        view: BatchedView,
         *,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -34,12 +40,7 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         self.non_blocking = non_blocking
 
     def __iter__(self) -> Iterator[TorchBatch]:
-        info = torch.utils.data.get_worker_info()
-        if info is not None and info.num_workers > 1:
-            # Every worker would replay the whole view: duplicated batches and reads.
-            raise RuntimeError(
-                "insitu reads in parallel itself; use DataLoader(..., batch_size=None, num_workers=0)"
-            )
+        refuse_worker_process()
         # A generator: nothing starts until the first batch is asked for, so a
         # loader that calls iter() before load_state_dict() (StatefulDataLoader)
         # starts no read it would throw away.
@@ -51,9 +52,13 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
     def __len__(self) -> int:
         return len(self.view)
 
+    def __getstate__(self) -> NoReturn:
+        # Only worker processes started with spawn/forkserver pickle a dataset; each would replay the view.
+        refuse_pickling()
+
     def set_epoch(self, epoch: int) -> None:
         """Forward to the underlying dataset, so the next pass uses that epoch's order."""
-        self.view.set_epoch(epoch)
+        require_shardable_view(self.view, "InSituIterableDataset.set_epoch").set_epoch(epoch)
 
     # -- exact resume (torch.distributed.checkpoint / torchdata Stateful convention) ----------
     def state_dict(self) -> dict[str, Any]:
@@ -62,7 +67,7 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         Counts batches this dataset has yielded; take it between steps, after
         the batch you last trained on.
         """
-        return dict(self.view.state_dict())
+        return dict(require_shardable_view(self.view, "InSituIterableDataset.state_dict").state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the batches recorded in ``state`` on the next iteration.
@@ -70,7 +75,7 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         The dataset must be built the same way (manifest, seed, batch size,
         ranks...); a mismatch raises ``insitu.ConfigError`` naming the field.
         """
-        self.view.load_state_dict(state)
+        require_shardable_view(self.view, "InSituIterableDataset.load_state_dict").load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"InSituIterableDataset({self.view!r}, device={self.device!r}, pin_memory={self.pin_memory})"
