@@ -18,7 +18,7 @@ from zarr.storage import MemoryStore
 import insitu
 from insitu.batch import Batch
 from insitu.synthetic import make_linear_regression
-from insitu.testing import AdapterConformance, assert_entry_point, assert_registers
+from insitu.testing import AdapterConformance, BatchSource, assert_entry_point, assert_registers, make_batches
 from insitu_jax import JaxIterator, global_batch_sharding, jax_iterator, to_jax
 
 # Without jax_enable_x64, JAX stores int64 as int32; the kit checks dtypes jax keeps as they are.
@@ -231,10 +231,17 @@ def test_state_cannot_be_loaded_mid_pass(view: Any) -> None:
         iterator.load_state_dict(state)
 
 
-def test_state_needs_an_insitu_view() -> None:
+def test_a_list_of_batches_is_refused_naming_its_type() -> None:
     batches = [Batch({"x": np.ones((2, 3), "float32")}, np.arange(2))]
-    with pytest.raises(TypeError, match="needs an insitu view"):
-        jax_iterator(batches).state_dict()
+    with pytest.raises(TypeError, match=r"jax_iterator needs an insitu view .*got list"):
+        jax_iterator(batches)
+
+
+def test_state_needs_a_shardable_view() -> None:
+    iterator = jax_iterator(BatchSource(make_batches(2, 4, {"x": "float32"}, {"x": (3,)}), batch_size=4))
+    assert len(iterator) == 2
+    with pytest.raises(TypeError, match=r"JaxIterator\.state_dict needs .*lacks .*state_dict"):
+        iterator.state_dict()
 
 
 def test_plugin_registers_both_adapters() -> None:

@@ -10,13 +10,13 @@ between processes: each process only supplies the rows its devices hold.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from insitu.dataset import DatasetView
 from insitu.errors import ConfigError
+from insitu.sources import BatchedView, require_batched_view, require_shardable_view
 from insitu_jax.adapter import import_jax, to_jax
 
 if TYPE_CHECKING:
@@ -45,11 +45,12 @@ class JaxIterator(Iterator[dict[str, Any]]):
 
     def __init__(
         self,
-        view: Iterable[Mapping[str, np.ndarray]],
+        view: BatchedView,
         *,
         sharding: jax.sharding.Sharding | None = None,
         prefetch: int = 2,
     ) -> None:
+        view = require_batched_view(view, "jax_iterator")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ConfigError(f"prefetch must be a positive integer, got {prefetch!r}")
         jax = import_jax()
@@ -59,8 +60,8 @@ class JaxIterator(Iterator[dict[str, Any]]):
         if self.process_count > 1 and sharding is None:
             sharding = global_batch_sharding()
         self.sharding = sharding
-        if isinstance(self.view, DatasetView):
-            self.view.plan()  # a bad rank layout (more ranks than chunks) fails here, not mid-training
+        # len() plans the epoch: a bad rank layout (more ranks than chunks) fails here, not mid-training.
+        len(self.view)
         self._pending: deque[dict[str, Any]] = deque()
         self._source: Iterator[Mapping[str, np.ndarray]] | None = None
 
@@ -83,8 +84,6 @@ class JaxIterator(Iterator[dict[str, Any]]):
 
     def __len__(self) -> int:
         """Batches in this pass (per process; every process yields the same number)."""
-        if not isinstance(self.view, Sized):
-            raise TypeError(f"{type(self.view).__name__} has no length")
         return len(self.view)
 
     def _convert(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
@@ -106,28 +105,21 @@ class JaxIterator(Iterator[dict[str, Any]]):
         converted ahead; they are not counted, so a run resumed from this
         state starts with the first batch the caller has not seen.
         """
-        view = self._stateful_view()
+        view = require_shardable_view(self.view, "JaxIterator.state_dict")
         state = dict(view.state_dict())
         state["batches_done"] = int(state["batches_done"]) - len(self._pending)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` (possibly of another process); call before iterating."""
-        view = self._stateful_view()
+        view = require_shardable_view(self.view, "JaxIterator.load_state_dict")
         if self._source is not None:
             raise RuntimeError("load_state_dict must be called before the iterator yields its first batch")
         view.load_state_dict(state)
 
-    def _stateful_view(self) -> DatasetView:
-        if not isinstance(self.view, DatasetView):
-            raise TypeError(
-                f"resumable state needs an insitu view (ds.train), not {type(self.view).__name__}"
-            )
-        return self.view
-
 
 def jax_iterator(
-    view: Iterable[Mapping[str, np.ndarray]],
+    view: BatchedView,
     *,
     sharding: jax.sharding.Sharding | None = None,
     prefetch: int = 2,
@@ -147,21 +139,21 @@ def jax_iterator(
 
     The returned iterator has ``state_dict()`` / ``load_state_dict()`` for
     exact resume: see :class:`JaxIterator`.
+
+    ``view`` is an insitu view (``ds.train``...) or any other
+    :class:`insitu.BatchedView`; several processes and resume need an
+    :class:`insitu.sources.ShardableView` (what ``ds.train`` is). Anything
+    else raises TypeError naming its type.
     """
     return JaxIterator(view, sharding=sharding, prefetch=prefetch)
 
 
-def _process_view(
-    view: Iterable[Mapping[str, np.ndarray]], process_index: int, process_count: int
-) -> Iterable[Mapping[str, np.ndarray]]:
+def _process_view(view: BatchedView, process_index: int, process_count: int) -> BatchedView:
     """The view this JAX process reads: its own shard in a multi-process run."""
     if process_count == 1:
         return view
-    if not isinstance(view, DatasetView):
-        raise TypeError(
-            f"a multi-process JAX run needs an insitu view (ds.train) to shard, not {type(view).__name__}"
-        )
-    return view.for_rank(process_index, process_count, source="jax.process_index()/process_count()")
+    shardable = require_shardable_view(view, "jax_iterator in a multi-process JAX run")
+    return shardable.for_rank(process_index, process_count, source="jax.process_index()/process_count()")
 
 
 __all__ = ["JaxIterator", "global_batch_sharding", "jax_iterator"]
