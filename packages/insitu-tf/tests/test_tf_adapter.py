@@ -128,6 +128,9 @@ class _FreshBatches:
         self.owners.append(weakref.ref(values.base))
         yield Batch({"x": values}, np.arange(self.batch_size))
 
+    def __len__(self) -> int:
+        return 1
+
 
 def test_a_shared_batch_lives_as_long_as_the_tensor() -> None:
     source = _FreshBatches()
@@ -329,8 +332,18 @@ def test_a_view_sharded_otherwise_is_refused(view: Any) -> None:
 
 def test_ranks_need_an_insitu_view() -> None:
     source = BatchSource(make_batches(2, 4, {"x": "float32"}, {"x": (3,)}), batch_size=4)
-    with pytest.raises(TypeError, match="needs an insitu view"):
+    with pytest.raises(TypeError, match=r"sharding by rank .*needs an insitu view .*lacks .*for_rank"):
         as_tf_dataset(source, rank=0, world_size=2)
+    with pytest.raises(TypeError, match=r"dataset_fn needs an insitu view .*got insitu\.testing"):
+        dataset_fn(source)
+    with pytest.raises(TypeError, match=r"consumed_state needs an insitu view .*lacks .*state_dict"):
+        consumed_state(source, 0)
+
+
+def test_a_list_of_batches_is_refused_naming_its_type() -> None:
+    batches = [Batch({"x": np.ones((2, 3), "float32")}, np.arange(2))]
+    with pytest.raises(TypeError, match=r"as_tf_dataset needs an insitu view .*got list"):
+        as_tf_dataset(batches)
 
 
 @pytest.mark.parametrize(("done", "message"), [(-1, "non-negative"), (5, "handed out only 2 batch")])

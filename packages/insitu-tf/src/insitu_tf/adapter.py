@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from insitu.dataset import DatasetView
 from insitu.errors import ConfigError
+from insitu.sources import BatchedView, ShardableView, require_batched_view, require_shardable_view
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -29,7 +29,7 @@ def _import_tf() -> Any:
 
 
 def as_tf_dataset(
-    view: Any,
+    view: BatchedView,
     *,
     prefetch: int | None = AUTOTUNE,
     rank: int | None = None,
@@ -58,7 +58,13 @@ def as_tf_dataset(
     so each rank reads disjoint chunks and all yield the same number of
     batches. For Keras, map elements to ``(inputs, targets)``:
     ``as_tf_dataset(view).map(lambda b: (b["x"], b["y"]))``.
+
+    ``view`` is an insitu view (``ds.train``...) or any other
+    :class:`insitu.BatchedView`; ranks need an
+    :class:`insitu.sources.ShardableView` (what ``ds.train`` is). Anything
+    else raises TypeError naming its type.
     """
+    view = require_batched_view(view, "as_tf_dataset")
     tf = _import_tf()
     if prefetch is not None and (
         isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < -1
@@ -67,8 +73,7 @@ def as_tf_dataset(
             f"prefetch must be None, tf.data.AUTOTUNE or a non-negative integer, got {prefetch!r}"
         )
     view = rank_view(view, rank=rank, world_size=world_size, input_context=input_context)
-    if isinstance(view, DatasetView):
-        view.plan()  # a bad rank layout (more ranks than chunks) fails here, not inside a TF op
+    len(view)  # plans the epoch: a bad rank layout (more ranks than chunks) fails here, not inside a TF op
     labels = tuple(view.labels)
     batch_dim = view.batch_size if view.drop_last else None
     signature = {
@@ -91,7 +96,7 @@ def as_tf_dataset(
     return dataset.prefetch(prefetch)
 
 
-def dataset_fn(view: Any, *, prefetch: int | None = AUTOTUNE) -> Callable[[Any], tf.data.Dataset]:
+def dataset_fn(view: ShardableView, *, prefetch: int | None = AUTOTUNE) -> Callable[[Any], tf.data.Dataset]:
     """A function for ``strategy.distribute_datasets_from_function``: one shard per input pipeline.
 
     Input pipeline ``input_context.input_pipeline_id`` of
@@ -99,6 +104,8 @@ def dataset_fn(view: Any, *, prefetch: int | None = AUTOTUNE) -> Callable[[Any],
     element is one replica's batch: build the dataset with the per-replica
     batch size (``input_context.get_per_replica_batch_size(global_batch)``).
     """
+    # Checked now: inside the strategy, a wrong argument would surface as a TensorFlow error.
+    require_shardable_view(view, "dataset_fn")
 
     def make(input_context: Any) -> tf.data.Dataset:
         return as_tf_dataset(view, prefetch=prefetch, input_context=input_context)
@@ -107,12 +114,12 @@ def dataset_fn(view: Any, *, prefetch: int | None = AUTOTUNE) -> Callable[[Any],
 
 
 def rank_view(
-    view: Any,
+    view: BatchedView,
     *,
     rank: int | None = None,
     world_size: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
-) -> Any:
+) -> BatchedView:
     """The view one rank reads: ``view.shard(rank, world_size)``, or ``view`` when no rank is given.
 
     The same view (same state) :func:`as_tf_dataset` reads with these
@@ -126,13 +133,12 @@ def rank_view(
         return view
     if rank is None or world_size is None:
         raise ConfigError(f"pass rank and world_size together (got rank={rank!r}, world_size={world_size!r})")
-    if not isinstance(view, DatasetView):
-        raise TypeError(f"sharding by rank needs an insitu view (ds.train), not {type(view).__name__}")
-    return view.for_rank(rank, world_size, source="rank/world_size")
+    shardable = require_shardable_view(view, "sharding by rank (rank/world_size or input_context)")
+    return shardable.for_rank(rank, world_size, source="rank/world_size")
 
 
 def consumed_state(
-    view: Any,
+    view: ShardableView,
     batches_done: int,
     *,
     rank: int | None = None,
@@ -148,8 +154,13 @@ def consumed_state(
     state that resumes with the next unseen batch. Pass the ``rank``,
     ``world_size`` or ``input_context`` given to :func:`as_tf_dataset`.
     """
-    sharded = rank_view(view, rank=rank, world_size=world_size, input_context=input_context)
-    state = dict(sharded.state_dict())
+    sharded = rank_view(
+        require_shardable_view(view, "consumed_state"),
+        rank=rank,
+        world_size=world_size,
+        input_context=input_context,
+    )
+    state = dict(require_shardable_view(sharded, "consumed_state").state_dict())
     handed_out = int(state["batches_done"])
     if isinstance(batches_done, bool) or not isinstance(batches_done, int) or batches_done < 0:
         raise ConfigError(f"batches_done must be a non-negative integer, got {batches_done!r}")
