@@ -80,13 +80,14 @@ def output_spec(geom: ArrayGeometry, transforms: Sequence[ChunkTransform]) -> Sl
     """The slab a chain of transforms produces from one decoded slab of ``geom``."""
     spec = source_spec(geom)
     for t in transforms:
-        if not isinstance(t, DeclaresOutput):
+        declare = getattr(t, "out_spec", None)  # the DeclaresOutput protocol
+        if declare is None:
             continue
         try:
-            if _takes_name(t.out_spec):
-                shape, dtype = t.out_spec(spec.shape, spec.dtype, name=geom.name)  # type: ignore[call-arg]
+            if _takes_name(declare):
+                shape, dtype = declare(spec.shape, spec.dtype, name=geom.name)
             else:
-                shape, dtype = t.out_spec(spec.shape, spec.dtype)
+                shape, dtype = declare(spec.shape, spec.dtype)
             out = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
         except Exception as exc:
             raise ConfigError(

@@ -233,7 +233,7 @@ class ViewIterator(Iterator[Batch]):
                 item = run.out.get(timeout=0.5)
             except queue.Empty:
                 stats.waiting_s += time.perf_counter() - t0
-                if ds.closed:
+                if _is_closed(ds):  # closed meanwhile, by another thread
                     item = CLOSED
                 elif self._future.done() and run.out.empty():
                     self._finish(wait=False)
@@ -256,7 +256,7 @@ class ViewIterator(Iterator[Batch]):
             self._loop.call_soon_threadsafe(run.release_credit)
             self.batches_done = item.index + 1
             self.view._progress = (self.epoch, self.batches_done)  # counted as handed out once returned
-            return item  # type: ignore[no-any-return]
+            return item
 
     def close(self) -> None:
         """Stop this pass early and release what it holds; waits for the run to stop."""
@@ -294,3 +294,7 @@ class ViewIterator(Iterator[Batch]):
         return (
             f"ViewIterator(split={self.view.split!r}, epoch={self.epoch}, batches_done={self.batches_done})"
         )
+
+
+def _is_closed(ds: InSituDataset) -> bool:
+    return ds.closed
