@@ -44,6 +44,7 @@ from typing import Any
 import psutil
 from common import Case, Spec, StoreSpec
 from data import CASES, S3Server, build_cases
+from portable import recorded_command
 
 SUITE = Path(__file__).resolve().parent
 REPO = SUITE.parents[1]
@@ -537,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.gettempdir()) / "insitu-bench"
     log = Log()
-    command = " ".join(["python", "bench/run.py", *(argv if argv is not None else sys.argv[1:])])
+    command = recorded_command(argv if argv is not None else sys.argv[1:])
     plan = make_plan(args, mode)
     notes: list[str] = []
 

@@ -48,6 +48,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from portable import portable_paths
+
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
 PER_SAMPLE_STACKS = ("xbatcher", "workers")
 CEILINGS = ("ceiling_decode", "ceiling_gather", "ceiling_rawget")
@@ -435,6 +437,7 @@ def write_report(results: dict[str, Any], out: Path, img_dir: Path) -> str:
     if images:
         rel = [os.path.relpath(p, out) for p in images]
         text += "\n" + "\n".join(f"![{Path(r).stem}]({r})" for r in rel) + "\n"
+    text = portable_paths(text)
     (out / "suite.md").write_text(text)
     return text
 
@@ -458,7 +461,8 @@ def update_docs(results: dict[str, Any], target: Path, img_dir: Path) -> bool:
         tables(results),
         *[f"![{p.stem}]({os.path.relpath(p, target.parent)})\n" for p in images],
     ]
-    section = START + "\n" + "\n".join(body).rstrip() + "\n" + END
+    # Commands in older results files, and error messages quoting source files, carry absolute paths.
+    section = START + "\n" + portable_paths("\n".join(body).rstrip()) + "\n" + END
     new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, doc, count=1, flags=re.S)
     target.write_text(new)
     return True
