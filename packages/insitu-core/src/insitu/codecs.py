@@ -66,10 +66,19 @@ class ChunkDecoder:
         """Decode ``raw`` (bytes-like). With ``out`` (C-contiguous, native dtype,
         ``chunk_shape``), the result is written there and ``out`` is returned."""
         if out is not None and self.decodes_into:
-            if self.bytes_codecs:
-                self.bytes_codecs[0].decode(raw, out=out.reshape(-1).view(np.uint8))
-            else:
+            if not self.bytes_codecs:
+                _check_size(len(memoryview(raw).cast("B")), self.nbytes, "stored")
                 out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8, count=self.nbytes)
+                return out
+            codec = self.bytes_codecs[0]
+            # A valid frame of the wrong size would decode into the front of ``out`` and leave the
+            # rest as it was: check the size the frame declares first (a few header bytes).
+            declared = declared_size(codec.codec_id, raw)
+            if declared is None:  # the frame does not say: decode to new memory, where size is checked
+                out[...] = self._decode_new(raw)
+                return out
+            _check_size(declared, self.nbytes, "decoded")
+            codec.decode(raw, out=out.reshape(-1).view(np.uint8))
             return out
         arr = self._decode_new(raw)
         if out is None:
@@ -84,15 +93,67 @@ class ChunkDecoder:
         flat = np.frombuffer(_as_buffer(data), dtype=self.storage_dtype) if not self.array_codecs else data
         for codec in self.array_codecs:
             flat = codec.decode(flat)
-        flat = np.asarray(flat).view(self.storage_dtype).reshape(-1)
-        if flat.size != np.prod(self.chunk_shape):
-            raise ValueError(f"decoded {flat.size} elements, expected {int(np.prod(self.chunk_shape))}")
+        flat = np.asarray(flat).reshape(-1)
+        _check_size(flat.nbytes, self.nbytes, "decoded")
+        flat = flat.view(self.storage_dtype)
         if self.transpose is not None:
             stored_shape = tuple(self.chunk_shape[i] for i in self.transpose)
             arr = flat.reshape(stored_shape).transpose(np.argsort(self.transpose))
         else:
             arr = flat.reshape(self.chunk_shape, order=self.order)  # type: ignore[call-overload]
         return np.ascontiguousarray(arr, dtype=self.dtype)
+
+
+class ChunkSizeError(ValueError):
+    """A chunk decoded (or is stored) at another size than its array's chunk shape says."""
+
+
+def _check_size(got: int, expected: int, what: str) -> None:
+    if got != expected:
+        raise ChunkSizeError(
+            f"{what} size is {got} bytes, expected {expected} (truncated, oversized or damaged chunk)"
+        )
+
+
+def declared_size(codec_id: str, raw: Any) -> int | None:
+    """The decompressed size a compressed frame declares in its header, or None when it does not.
+
+    zstd: the frame content size field; blosc: ``nbytes`` in its 16-byte header; gzip: ISIZE
+    (the last four bytes, modulo 2**32); lz4 (numcodecs): its 4-byte size prefix.
+    """
+    mv = memoryview(raw).cast("B")
+    try:
+        if codec_id == "zstd":
+            return _zstd_content_size(mv)
+        if codec_id == "blosc":
+            return int.from_bytes(mv[4:8], "little") if len(mv) >= 16 else None
+        if codec_id == "gzip":
+            return (
+                int.from_bytes(mv[-4:], "little")
+                if len(mv) >= 18 and mv[0] == 0x1F and mv[1] == 0x8B
+                else None
+            )
+        if codec_id == "lz4":
+            return int.from_bytes(mv[:4], "little") if len(mv) >= 4 else None
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _zstd_content_size(mv: memoryview) -> int | None:
+    if len(mv) < 6 or int.from_bytes(mv[:4], "little") != _ZSTD_MAGIC:
+        return None  # not a zstd frame (a skippable frame, or damage): the codec will say
+    descriptor = mv[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(mv) < pos + size:
+        return None  # content size not recorded
+    value = int.from_bytes(mv[pos : pos + size], "little")
+    return value + 256 if size == 2 else value
 
 
 def _as_buffer(data: Any) -> Any:
