@@ -168,3 +168,28 @@ def test_values_still_match_after_an_abandoned_pass(root: Path) -> None:
             break
         for b in ds.train:
             np.testing.assert_array_equal(b["x"], src[b.sample_indices])
+
+
+def _iterate_in_child(ds: insitu.InSituDataset, out: Any) -> None:
+    try:
+        next(iter(ds.train))
+        out.put("iterated")
+    except Exception as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+def test_a_forked_child_is_refused_instead_of_hanging(root: Path) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with _dataset(root) as ds:
+        next(iter(ds.train))  # the parent's threads are running
+        out = ctx.Queue()
+        child = ctx.Process(target=_iterate_in_child, args=(ds, out))
+        child.start()
+        message = out.get(timeout=EXIT_TIMEOUT_S)
+        child.join(EXIT_TIMEOUT_S)
+    assert message.startswith("ConfigError:")
+    assert "cannot be iterated in forked process" in message
+    assert child.exitcode == 0

@@ -123,6 +123,7 @@ class InSituDataset:
         specs = {path: output_spec(g, transforms.get(g.name, ())) for path, g in arrays.items()}
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
         self._epoch = 0
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         # Weak: an iterator dropped mid-epoch (``break``) is collected, and its finaliser unregisters it.
         self._iterators: weakref.WeakSet[ViewIterator] = weakref.WeakSet()
@@ -337,6 +338,12 @@ class InSituDataset:
     def check_open(self) -> None:
         if self._closed:
             raise DatasetClosedError("this InSituDataset is closed; create a new one to read again")
+        if os.getpid() != self._pid:
+            # Threads do not survive fork: the engine's loop and decode threads are the parent's.
+            raise ConfigError(
+                f"this InSituDataset was built in process {self._pid} and cannot be iterated in forked "
+                f"process {os.getpid()}; build the dataset in the process that iterates it"
+            )
 
     # -- iterators (called by ViewIterator) ---------------------------------------------------------
     def register(self, it: ViewIterator) -> None:
