@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 from zarr.abc.store import Store
-from zarr.storage import LocalStore, MemoryStore
 
+from insitu.capabilities import store_identity
 from insitu.errors import StaleCacheError
 from insitu.geometry import ArrayGeometry
 from insitu.options import CacheOptions
@@ -39,27 +39,6 @@ from insitu.transforms import SlabSpec, transform_fingerprint
 
 FORMAT = "insitu.cache/2"
 INDEX = "index.json"
-
-
-def store_identity(store: Store) -> str:
-    """A string naming where the data lives (and which version of it, when known).
-
-    A store (or wrapper) may define ``insitu_identity`` (a string or a
-    zero-argument method), e.g. to include an Icechunk snapshot id.
-    """
-    ident = getattr(store, "insitu_identity", None)
-    if ident is not None:
-        return str(ident() if callable(ident) else ident)
-    if isinstance(store, LocalStore):
-        return f"file://{Path(store.root).resolve()}"
-    if isinstance(store, MemoryStore):
-        return f"memory:{id(store._store_dict)}"
-    inner = getattr(store, "_store", None) or getattr(store, "store", None)
-    if isinstance(inner, (LocalStore, MemoryStore)) or (
-        inner is not None and hasattr(inner, "insitu_identity")
-    ):
-        return store_identity(inner)
-    return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
 
 
 def array_fingerprint(

@@ -1,10 +1,16 @@
-"""Getting chunk bytes out of a store: async GETs with retries, or direct file reads.
+"""Getting chunk bytes out of a store, and the one retry policy for transient store errors.
 
 For zarr's ``LocalStore`` the engine reads files inside its decode threads
 (read + decode in one task, no event-loop hop per chunk): on local disk the
 per-chunk asyncio cost would otherwise rival the decode itself. Every other
-store goes through ``Store.get`` on the event loop, under one concurrency
-budget, with retries and a per-request timeout for transient errors.
+store goes through ``Store.get`` (or the store's raw-bytes read, when it has
+one) on the event loop, under one concurrency budget.
+
+Exactly one layer retries a transient error. A store that retries by itself
+(:class:`insitu.capabilities.RetriesItself`, as insitu-stores' obstore,
+fsspec and Icechunk stores do, through their backends' own retry settings
+where those exist) is called once per read and its errors pass through. Any
+other store is retried here, under the dataset's :class:`RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -16,41 +22,122 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
+from insitu.capabilities import MultiRangeReads, RawReads, ReportsRetries, capabilities_of
+
+T = TypeVar("T")
+
+#: The error types retried by default: connection failures and timeouts, matched by type.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How transient store errors are retried.
+    """How transient store errors are retried, by whichever single layer owns retries.
 
-    ``retries`` extra attempts with exponential backoff starting at
-    ``backoff_s`` (with jitter, capped at ``max_backoff_s``); each attempt is
-    abandoned after ``timeout_s``. Permanent errors are raised at once.
+    ``retries`` extra attempts after the first, waiting ``backoff_s * 2**n``
+    (capped at ``max_backoff_s``, the upper half jittered) before retry
+    ``n + 1``. Each attempt is abandoned after ``timeout_s`` (``None``: no
+    limit) and, where the backend has the setting, each connection attempt
+    after ``connect_timeout_s``. Only errors of a ``transient`` type are
+    retried; anything else (a 403, a missing bucket, a misconfiguration) is
+    raised at once.
+
+    Give it to the layer that owns retries: ``InSituDataset(retry=...)`` for
+    plain zarr stores, or the store builder (``obstore_store(url,
+    retry=...)``) for a store that retries by itself, which the engine then
+    does not retry again.
     """
 
     retries: int = 3
-    backoff_s: float = 0.05
-    max_backoff_s: float = 2.0
+    backoff_s: float = 0.1
+    max_backoff_s: float = 5.0
     timeout_s: float | None = 60.0
+    connect_timeout_s: float = 5.0
     transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
 
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError("backoff_s and max_backoff_s must be >= 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
+        if self.connect_timeout_s <= 0:
+            raise ValueError(f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+
+    @property
+    def attempts(self) -> int:
+        """Requests made at most for one call: the first and every retry."""
+        return self.retries + 1
+
     def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt + 1``."""
         base = min(self.max_backoff_s, self.backoff_s * (2**attempt))
         return base * (0.5 + random.random() / 2)
 
+    def longest_call_s(self) -> float | None:
+        """The longest one call may take through every attempt and wait (``None``: unbounded).
+
+        A layer that hands the policy to a backend bounds its own wait with
+        this, so that the backend's timeouts always fire first.
+        """
+        if self.timeout_s is None:
+            return None
+        per_attempt = self.timeout_s + self.connect_timeout_s
+        return self.attempts * per_attempt + self.retries * self.max_backoff_s
+
+
+async def call_with_retries(
+    request: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    on_retry: Callable[[BaseException], None] | None = None,
+) -> T:
+    """``await request()`` under ``policy``: each attempt timed, transient errors retried with backoff.
+
+    ``on_retry(error)`` is called before each retry. What still fails after
+    the last attempt is raised as it came (a timed-out attempt as
+    ``TimeoutError``). The timeout covers the request only: whatever must be
+    set up once (a client, a session) belongs before this call, so that slow
+    set-up on a busy machine never counts as a failed request.
+    """
+    attempt = 0
+    while True:
+        try:
+            # asyncio.timeout, not wait_for: no extra task per request (tens of microseconds
+            # of loop time each, which adds up at thousands of small chunks per second).
+            async with asyncio.timeout(policy.timeout_s):
+                return await request()
+        except policy.transient as exc:
+            if attempt >= policy.retries:
+                raise
+            if on_retry is not None:
+                on_retry(exc)
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
+
 
 class ChunkFetcher:
-    """Fetches object bytes (whole or a range) from one store."""
+    """Fetches object bytes (whole or a range) from one store, retrying unless the store does.
+
+    ``retries`` counts the retries this fetcher made (none for a store that
+    retries by itself; :attr:`store_retries` reports that store's own count
+    when it keeps one).
+    """
 
     def __init__(self, store: Store, retry: RetryPolicy) -> None:
         self.store = store
         self.retry = retry
+        self.retries = 0
+        # Asked once here: a protocol check per GET would cost microseconds per chunk.
+        self.capabilities = capabilities_of(store)
+        self._raw_get = cast(RawReads, store).insitu_get if self.capabilities.raw_reads else None
         self._root: Path | None = Path(store.root) if isinstance(store, LocalStore) else None
         # A plain string prefix: pathlib's ``/`` costs ~20 us per chunk.
         self._root_str = os.path.join(str(self._root), "") if self._root is not None else None
@@ -62,12 +149,21 @@ class ChunkFetcher:
         """True when reads happen synchronously in decode threads (local files)."""
         return self._root is not None
 
+    @property
+    def store_retries(self) -> int | None:
+        """Retries the store made by itself, when it reports them (all its callers together)."""
+        return self.store.insitu_retries if isinstance(self.store, ReportsRetries) else None
+
     async def get(
         self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
     ) -> Any:
-        """Bytes of ``key`` (a numpy uint8 array or bytes), or None if it does not exist."""
+        """Bytes of ``key`` (a bytes-like object), or None if it does not exist."""
         if self._root is not None:
             return await asyncio.to_thread(self.read_file, key, byte_range, suffix)
+        raw_get = self._raw_get
+        if raw_get is not None:
+            raw = await self._retrying(lambda: raw_get(key, byte_range, suffix))
+            return None if raw is None else memoryview(raw)
         request: Any = None
         if byte_range is not None:
             request = RangeByteRequest(byte_range[0], byte_range[1])
@@ -79,29 +175,22 @@ class ChunkFetcher:
     @property
     def reads_many_ranges(self) -> bool:
         """True when the store fetches several byte ranges of one object in one call."""
-        return self._root is None and callable(getattr(self.store, "insitu_get_ranges", None))
+        return self._root is None and self.capabilities.multi_range_reads
 
     async def get_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[Any] | None:
         """Several ``[start, end)`` ranges of one object in one request (``insitu_get_ranges``);
         None if the object does not exist."""
-        fetch = self.store.insitu_get_ranges  # type: ignore[attr-defined]
+        fetch = cast(MultiRangeReads, self.store).insitu_get_ranges
         parts = await self._retrying(lambda: fetch(key, ranges))
         return None if parts is None else [memoryview(p) for p in parts]
 
-    async def _retrying(self, request: Callable[[], Awaitable[Any]]) -> Any:
-        """``await request()`` with the per-attempt timeout, retrying transient errors with backoff."""
-        attempt = 0
-        while True:
-            try:
-                # asyncio.timeout, not wait_for: no extra task per request (tens of microseconds
-                # of loop time each, which adds up at thousands of small chunks per second).
-                async with asyncio.timeout(self.retry.timeout_s):
-                    return await request()
-            except self.retry.transient:
-                if attempt >= self.retry.retries:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt))
-                attempt += 1
+    async def _retrying(self, request: Callable[[], Awaitable[T]]) -> T:
+        if self.capabilities.retries_itself:
+            return await request()  # the store owns retries and timeouts: one call, errors pass through
+        return await call_with_retries(request, self.retry, on_retry=self._count_retry)
+
+    def _count_retry(self, error: BaseException) -> None:
+        self.retries += 1
 
     def read_file(
         self,
