@@ -1,6 +1,9 @@
 """Hook specifications for insitu plugins.
 
-Every hook receives a ``register`` callback and returns nothing. Plugins are
+Every hook receives a ``register`` callback and returns nothing. Each
+callback's signature is a protocol here (:class:`RegisterStore`,
+:class:`RegisterDecoder`...): annotate a hook implementation's parameter with
+it and mypy checks every ``register(...)`` call the plugin makes. Plugins are
 modules (or objects) implementing some of these hooks, published under the
 ``insitu`` entry-point group::
 
@@ -13,7 +16,8 @@ callables, never at plugin-module import time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import pluggy
 
@@ -23,11 +27,49 @@ ENTRY_POINT_GROUP = "insitu"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+
+# Names and objects are positional (the core's callback names them differently); ``schemes``
+# and ``default`` are keywords.
+
+
+class RegisterStore(Protocol):
+    """``register(name, builder, *, schemes=(), default=False)`` of :func:`insitu_register_stores`."""
+
+    def __call__(
+        self, name: str, builder: Callable[..., Any], /, *, schemes: Iterable[str] = (), default: bool = False
+    ) -> None: ...
+
+
+class RegisterDecoder(Protocol):
+    """``register(name, factory)`` of :func:`insitu_register_decoders`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], /) -> None: ...
+
+
+class RegisterTransform(Protocol):
+    """``register(name, obj)`` of :func:`insitu_register_transforms`."""
+
+    def __call__(self, name: str, obj: Any, /) -> None: ...
+
+
+class RegisterAdapter(Protocol):
+    """``register(name, obj)`` of :func:`insitu_register_adapters`."""
+
+    def __call__(self, name: str, obj: Callable[..., Any], /) -> None: ...
+
+
+class RegisterDevice(Protocol):
+    """``register(name, factory)`` of :func:`insitu_register_devices`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], /) -> None: ...
+
+
+#: Untyped form of every hook's callback, kept for plugins written before the typed ones.
 Register = Callable[..., None]
 
 
 @hookspec
-def insitu_register_stores(register: Register) -> None:
+def insitu_register_stores(register: RegisterStore) -> None:
     """Called once, on the first store lookup.
 
     ``register(name, builder, *, schemes=(), default=False)``: ``builder(url,
@@ -39,7 +81,7 @@ def insitu_register_stores(register: Register) -> None:
 
 
 @hookspec
-def insitu_register_decoders(register: Register) -> None:
+def insitu_register_decoders(register: RegisterDecoder) -> None:
     """Called once, on the first decoder lookup.
 
     ``register(name, factory)``: ``factory(geometry)`` returns a chunk decoder
@@ -48,7 +90,7 @@ def insitu_register_decoders(register: Register) -> None:
 
 
 @hookspec
-def insitu_register_transforms(register: Register) -> None:
+def insitu_register_transforms(register: RegisterTransform) -> None:
     """Called once, on the first transform lookup.
 
     ``register(name, obj)``: a named chunk or batch transform (a class or a
@@ -57,7 +99,7 @@ def insitu_register_transforms(register: Register) -> None:
 
 
 @hookspec
-def insitu_register_adapters(register: Register) -> None:
+def insitu_register_adapters(register: RegisterAdapter) -> None:
     """Called once, on the first adapter lookup.
 
     ``register(name, obj)``: a framework adapter callable such as
@@ -66,7 +108,7 @@ def insitu_register_adapters(register: Register) -> None:
 
 
 @hookspec
-def insitu_register_devices(register: Register) -> None:
+def insitu_register_devices(register: RegisterDevice) -> None:
     """Called once, on the first device lookup.
 
     ``register(name, factory)``: a device buffer / device-transform stage
@@ -80,4 +122,16 @@ def _spec_names() -> tuple[str, ...]:
 
 HOOK_NAMES: tuple[str, ...] = _spec_names()
 
-__all__ = ["ENTRY_POINT_GROUP", "HOOK_NAMES", "PROJECT_NAME", "Register", "hookimpl", "hookspec"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "HOOK_NAMES",
+    "PROJECT_NAME",
+    "Register",
+    "RegisterAdapter",
+    "RegisterDecoder",
+    "RegisterDevice",
+    "RegisterStore",
+    "RegisterTransform",
+    "hookimpl",
+    "hookspec",
+]

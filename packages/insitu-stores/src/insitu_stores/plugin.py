@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterStore, hookimpl
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES, FSSPEC_SCHEMES, ICECHUNK_SCHEMES, OBSTORE_SCHEMES
 
 
@@ -43,7 +43,7 @@ class LazyBuilder:
 
 
 @hookimpl
-def insitu_register_stores(register: Register) -> None:
+def insitu_register_stores(register: RegisterStore) -> None:
     """obstore is the default for the cloud schemes it shares with fsspec."""
     lazy = LazyBuilder
     register(
