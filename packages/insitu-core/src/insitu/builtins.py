@@ -12,11 +12,16 @@ from insitu.stores import local_store, memory_store
 
 @hookimpl
 def insitu_register_stores(register: Register) -> None:
-    """Plain paths and ``file://`` URLs (LocalStore), and ``memory://name`` (MemoryStore)."""
+    """Plain paths and ``file://`` URLs (LocalStore), ``memory://name`` (MemoryStore), and
+    ``faults+<scheme>://`` (a fault-injecting wrapper for reliability drills, ``insitu.faults``)."""
     # default=True: a plugin that also serves "file" never takes over local paths
     # unless the user asks for it with open_store(..., backend=name).
     register("local", local_store, schemes=("file", ""), default=True)
     register("memory", memory_store, schemes=("memory",), default=True)
+    # Imported here: the fault wrapper loads with the first store lookup, not with every registry.
+    from insitu.faults import FAULT_SCHEMES, faults_store
+
+    register("faults", faults_store, schemes=FAULT_SCHEMES)
 
 
 @hookimpl
