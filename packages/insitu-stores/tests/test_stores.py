@@ -20,7 +20,7 @@ import insitu
 import insitu_stores
 from insitu.plugins import get_registry
 from insitu.testing import assert_entry_point, plugin_registrations
-from insitu_stores import FsspecLoopStore, ObstoreStore, StoreRetry, fsspec_store, obstore_store
+from insitu_stores import FsspecLoopStore, ObstoreStore, fsspec_store, obstore_store
 
 
 @pytest.fixture
@@ -85,9 +85,19 @@ def test_missing_local_directory_is_named(tmp_path: Path) -> None:
 
 def test_retry_policy_is_checked() -> None:
     with pytest.raises(ValueError, match="retries must be >= 0"):
-        StoreRetry(retries=-1)
+        insitu.RetryPolicy(retries=-1)
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
-        StoreRetry(timeout_s=0)
+        insitu.RetryPolicy(timeout_s=0)
+
+
+def test_store_retry_is_a_deprecated_name_of_the_one_policy() -> None:
+    import insitu_stores.retry
+
+    with pytest.warns(DeprecationWarning, match=r"insitu\.RetryPolicy"):
+        alias = insitu_stores.retry.StoreRetry
+    assert alias is insitu.RetryPolicy
+    policy = alias(retries=1, backoff_s=0.01, max_backoff_s=0.1, timeout_s=2.0, connect_timeout_s=1.0)
+    assert obstore_store("memory:///x", retry=policy).insitu_retry_policy is policy
 
 
 def test_fsspec_store_serves_every_event_loop(s3: S3Server, bucket: str) -> None:

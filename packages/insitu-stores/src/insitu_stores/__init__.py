@@ -1,8 +1,9 @@
 """Store plugins for insitu: obstore, fsspec, Icechunk, Arraylake and virtual (FITS / HDF5) stores.
 
 Every builder returns a read-only zarr store that translates its backend's
-errors (:mod:`insitu_stores.errors`), retries transient ones
-(:class:`StoreRetry`) and never shows credentials. Importing this package
+errors (:mod:`insitu_stores.errors`), retries transient ones by itself under
+an ``insitu.RetryPolicy`` (``retry=``; insitu's engine then does not retry
+them again) and never shows credentials. Importing this package
 imports none of the backends (nor icechunk, arraylake, virtualizarr, astropy,
 fsspec): each name below is imported on first access.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 # the plugin (which imports this package) stays cheap; see plugin.py.
 _EXPORTS = {
     "arraylake_store": "insitu_stores.arraylake_backend",
+    "StoreConfigurationError": "insitu_stores.errors",
     "StoreError": "insitu_stores.errors",
     "StoreNotFoundError": "insitu_stores.errors",
     "StorePermissionError": "insitu_stores.errors",
@@ -26,7 +28,7 @@ _EXPORTS = {
     "icechunk_store": "insitu_stores.icechunk_backend",
     "ObstoreStore": "insitu_stores.obstore_backend",
     "obstore_store": "insitu_stores.obstore_backend",
-    "StoreRetry": "insitu_stores.retry",
+    "StoreRetry": "insitu_stores.retry",  # deprecated alias of insitu.RetryPolicy (warns)
     "NotAnImageError": "insitu_stores.virtual",
     "VirtualStore": "insitu_stores.virtual",
     "virtual_store": "insitu_stores.virtual",
@@ -35,6 +37,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from insitu_stores.arraylake_backend import arraylake_store
     from insitu_stores.errors import (
+        StoreConfigurationError,
         StoreError,
         StoreNotFoundError,
         StorePermissionError,
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
     from insitu_stores.fsspec_backend import FsspecLoopStore, fsspec_store
     from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
     from insitu_stores.obstore_backend import ObstoreStore, obstore_store
-    from insitu_stores.retry import StoreRetry
     from insitu_stores.virtual import NotAnImageError, VirtualStore, virtual_store
 
 
@@ -68,10 +70,10 @@ __all__ = [
     "IcechunkReadStore",
     "NotAnImageError",
     "ObstoreStore",
+    "StoreConfigurationError",
     "StoreError",
     "StoreNotFoundError",
     "StorePermissionError",
-    "StoreRetry",
     "StoreTimeoutError",
     "TransientStoreError",
     "VirtualStore",

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from insitu.fetch import RetryPolicy
 from insitu_stores.errors import Redactor, StoreError, StorePermissionError, StoreTimeoutError, first_line
 from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
-from insitu_stores.retry import StoreRetry
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES
 
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -40,7 +40,7 @@ def arraylake_store(
     service_uri: str | None = None,
     virtual_chunks: Mapping[str, Any] | None = None,
     timeout_s: float = 30.0,
-    retry: StoreRetry | None = None,
+    retry: RetryPolicy | None = None,
 ) -> IcechunkReadStore:
     """Open Arraylake repository ``repo`` ("org/name" or ``arraylake://org/name``) read-only.
 

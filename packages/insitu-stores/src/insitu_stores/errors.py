@@ -1,18 +1,25 @@
-"""Store errors: transient ones the engine retries, permanent ones that fail fast.
+"""Store errors: what a store raises once its own retries are spent, or at once when retrying cannot help.
 
 Every backend (obstore, fsspec, Icechunk) raises its own exception types; the
-stores in this package translate them into these, so callers see one model:
+stores in this package translate them, by type, into these, so callers see
+one model:
 
 - :class:`TransientStoreError` (a ``ConnectionError``) and
   :class:`StoreTimeoutError` (a ``TimeoutError``): 5xx, throttling, reset or
-  refused connections, per-request timeouts. insitu's ``RetryPolicy`` retries
-  exactly these families, so a chunk read that outlives the store's own
-  retries is retried again by the engine.
+  refused connections, per-request timeouts, when the backend's exception
+  says so by its type (or a status code it carries as data). The store that
+  raises one has already retried it under its ``RetryPolicy``; insitu's engine
+  does not retry it again.
 - :class:`StorePermissionError` (a ``PermissionError``): 401/403, raised at
   once, never retried.
+- :class:`StoreConfigurationError` (also a ``ValueError``): the request can
+  never succeed as configured (an unknown option, an invalid path, an
+  operation the service does not support); never retried.
 - :class:`StoreNotFoundError`: the bucket, container, repository or version
   itself does not exist. A missing *key* is not an
   error: ``Store.get`` returns ``None`` for it, as zarr expects.
+- :class:`StoreError`: any other failed request, e.g. everything obstore
+  reports with its one generic exception type after its own retries.
 
 Messages name the URL (and key) and never contain credentials: each store
 knows its secret option values and scrubs them from any text it raises.
@@ -75,6 +82,10 @@ class StorePermissionError(StoreError, PermissionError):
     """The credentials were refused (401) or lack permission (403)."""
 
 
+class StoreConfigurationError(StoreError, ValueError):
+    """The request cannot succeed as configured (unknown option, invalid path, unsupported operation)."""
+
+
 class StoreNotFoundError(StoreError):
     """The bucket, container, repository or version does not exist (a missing key is not this).
 
@@ -129,6 +140,7 @@ def first_line(text: str, limit: int = 300) -> str:
 __all__ = [
     "SECRET_OPTIONS",
     "Redactor",
+    "StoreConfigurationError",
     "StoreError",
     "StoreNotFoundError",
     "StorePermissionError",

@@ -7,6 +7,14 @@ zarr's own (opening metadata), the insitu engine's, a test's. So
 created inside that loop, instead of sharing one across loops (which fails or
 hangs once the first loop is busy or gone). Synchronous filesystems (local
 files) are wrapped by zarr and shared.
+
+The store retries by itself, under insitu's ``RetryPolicy``: fsspec
+filesystems offer no retry setting that can follow a policy (s3fs and botocore
+take an attempt count but fix their own backoff, gcsfs likewise, HTTP has
+none), so their own retries are turned down to one attempt per call and the
+store runs insitu's retry loop around it. Errors are classified by type: the
+exception's class, an HTTP status the backend carries as data (botocore's
+``response``, aiohttp's ``status``) or an ``errno``, never its message.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import importlib.util
+import inspect
 import os
 import re
 import weakref
@@ -25,6 +34,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import FsspecStore
 
+from insitu.fetch import RetryPolicy
 from insitu_stores.errors import (
     Redactor,
     StoreError,
@@ -35,7 +45,7 @@ from insitu_stores.errors import (
     first_line,
 )
 from insitu_stores.locations import Location, parse_location
-from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.retry import DEFAULT_RETRY, call_with_policy
 from insitu_stores.schemes import FSSPEC_SCHEMES
 
 #: Schemes fsspec serves here; obstore is the default for those both serve.
@@ -44,20 +54,34 @@ _BUCKET_MISSING = re.compile(
     r"NoSuchBucket|ContainerNotFound|specified bucket does not exist|specified container does not exist",
     re.IGNORECASE,
 )
-_TRANSIENT_TEXT = re.compile(
-    r"\b(?:500|502|503|504|429)\b|InternalError|Internal Server Error|Service ?Unavailable|Bad Gateway|"
-    r"Gateway Timeout|Too Many Requests|SlowDown|Throttl|"
-    r"Server ?Disconnected|Connection (?:reset|refused|closed|aborted)|Cannot connect",
-    re.IGNORECASE,
+# Exception classes (by name: aiohttp, botocore and http.client are optional here) that mean
+# the connection failed or broke mid-answer.
+_TRANSIENT_TYPES = frozenset(
+    {
+        "ClientConnectionError",
+        "ClientPayloadError",
+        "ServerDisconnectedError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "HTTPClientError",
+        "IncompleteRead",
+        "ResponseParserError",
+    }
 )
-_PERMISSION_TEXT = re.compile(r"\b(?:401|403)\b|AccessDenied|Forbidden|InvalidAccessKeyId", re.IGNORECASE)
-_TRANSIENT_TYPES = (
-    "ClientConnectionError",
-    "ClientPayloadError",
-    "ServerDisconnectedError",
-    "EndpointConnectionError",
-    "ConnectionClosedError",
-    "IncompleteRead",
+# errno values backends set for a busy or unreachable service (s3fs: 503 SlowDown -> EBUSY,
+# InternalError -> EREMOTEIO).
+_TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.EBUSY,
+        errno.EAGAIN,
+        getattr(errno, "EREMOTEIO", errno.EIO),
+        errno.ECONNRESET,
+        errno.ECONNREFUSED,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ENETUNREACH,
+        errno.EHOSTUNREACH,
+    }
 )
 
 
@@ -70,7 +94,7 @@ def fsspec_store(
     region: str | None = None,
     requester_pays: bool = False,
     allow_http: bool | None = None,
-    retry: StoreRetry | None = None,
+    retry: RetryPolicy | None = None,
     **storage_options: Any,
 ) -> FsspecLoopStore:
     """A zarr store over ``url`` through fsspec (s3fs, gcsfs, adlfs, HTTP, local files...).
@@ -80,9 +104,11 @@ def fsspec_store(
     ``token="anon"``), ``endpoint`` (``endpoint_url``), ``region``,
     ``requester_pays``, and for S3 ``access_key_id`` / ``secret_access_key``
     / ``session_token`` (s3fs ``key`` / ``secret`` / ``token``). Other
-    ``storage_options`` go to the filesystem unchanged. ``retry`` sets the
-    attempts, backoff and per-request timeout (s3fs's and botocore's own
-    retries are turned off for S3 so that this one policy applies).
+    ``storage_options`` go to the filesystem unchanged. ``retry``
+    (``insitu.RetryPolicy``) sets the attempts, backoff and per-request
+    timeout; the store applies it itself (s3fs's, gcsfs's and botocore's own
+    retries are turned down to one attempt), and insitu's engine does not
+    retry on top.
 
     ``allow_http`` is accepted for parity with obstore and not needed: fsspec
     filesystems follow the endpoint's scheme.
@@ -115,7 +141,7 @@ def _map_options(
     endpoint: str | None,
     region: str | None,
     requester_pays: bool,
-    retry: StoreRetry,
+    retry: RetryPolicy,
     given: dict[str, Any],
 ) -> dict[str, Any]:
     opts = dict(given)
@@ -144,8 +170,13 @@ def _map_options(
             opts.setdefault("client_kwargs", {})["region_name"] = region
         if requester_pays:
             opts["requester_pays"] = True
-        # One retry policy (ours): botocore would otherwise retry on its own (s3fs's own
-        # retry count is a class attribute, set per instance in FsspecLoopStore._single_attempt).
+        # s3fs reads a whole object with several concurrent range GETs when max_concurrency > 1,
+        # and asks for its size first (a HEAD) to decide: two round trips per chunk for the
+        # whole-chunk reads the engine makes. One GET each.
+        opts.setdefault("max_concurrency", 1)
+        # One retry layer (the store's policy): botocore would otherwise retry beneath it (s3fs's
+        # own count is a class attribute, set per instance in FsspecLoopStore._single_attempt).
+        # Its connect and read timeouts are the backend's own, per request.
         config = dict(opts.get("config_kwargs") or {})
         config.setdefault("retries", {"total_max_attempts": 1})
         config.setdefault("connect_timeout", retry.connect_timeout_s)
@@ -179,7 +210,7 @@ class FsspecLoopStore(FsspecStore):
         url: str,
         options: dict[str, Any],
         endpoint: str | None = None,
-        retry: StoreRetry = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
     ) -> None:
         self.location = parse_location(url)
@@ -197,6 +228,7 @@ class FsspecLoopStore(FsspecStore):
         self.location = parse_location(url)
         self.endpoint = endpoint
         self.retry = retry
+        self._retries = 0
         self._options = options
         self._redact = redact or Redactor()
         # Only async filesystems hold a loop-bound session; zarr's wrapper of a sync one does not.
@@ -237,12 +269,23 @@ class FsspecLoopStore(FsspecStore):
         fs, _ = url_to_fs(self.url, asynchronous=True, loop=loop, skip_instance_cache=True, **self._options)
         return self._single_attempt(fs)
 
-    def _single_attempt(self, fs: Any) -> Any:
-        # s3fs retries some errors itself (``retries`` attempts, a class attribute); our policy
-        # owns retrying, so each call is one attempt.
-        if self.location.service == "s3" and isinstance(getattr(fs, "retries", None), int):
+    @staticmethod
+    def _single_attempt(fs: Any) -> Any:
+        # s3fs and gcsfs retry some errors themselves (``retries`` attempts, a class attribute);
+        # the store's policy owns retrying, so each of their calls is one attempt.
+        if isinstance(getattr(fs, "retries", None), int):
             fs.retries = 1
         return fs
+
+    @property
+    def insitu_retry_policy(self) -> RetryPolicy:
+        """The policy this store applies to each request (insitu's engine adds no retries)."""
+        return self.retry
+
+    @property
+    def insitu_retries(self) -> int:
+        """Retries this store made since it was built, all callers together."""
+        return self._retries
 
     def insitu_identity(self) -> str:
         return f"fsspec:{self.url}@{self.endpoint or 'default'}"
@@ -316,14 +359,37 @@ class FsspecLoopStore(FsspecStore):
         return await self._guarded(key, lambda: self._cat(key, request))
 
     def _raise_if_bucket_missing(self, exc: BaseException) -> None:
-        if self.location.bucket and _BUCKET_MISSING.search(str(exc)):
+        # botocore names the error as data (s3fs raises from it); other backends only in text.
+        missing = _error_code(exc) in ("NoSuchBucket", "ContainerNotFound") or _BUCKET_MISSING.search(
+            str(exc)
+        )
+        if self.location.bucket and missing:
             where = f" at {self.endpoint}" if self.endpoint else ""
             raise StoreNotFoundError(
                 f"bucket {self.location.bucket!r} does not exist{where} (opening {self.url})", url=self.url
             )
 
     async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
-        return await call_with_retry(op, retry=self.retry, translate=self._translate, key=key, url=self.url)
+        await self._client_ready()
+        return await call_with_policy(
+            op, policy=self.retry, translate=self._translate, key=key, url=self.url, on_retry=self._count
+        )
+
+    async def _client_ready(self) -> None:
+        """Build this loop's client before the first timed attempt, not inside it.
+
+        s3fs creates its botocore client on first use, parsing botocore's
+        service models: 0.15 s on an idle machine, over 1.5 s on a busy one.
+        Inside an attempt that set-up ran against the request timeout, so a
+        loaded machine spent retries on it before any request was sent.
+        ``set_session`` returns the existing client after the first call.
+        """
+        set_session = getattr(self.fs, "set_session", None)
+        if inspect.iscoroutinefunction(set_session):
+            await set_session()
+
+    def _count(self, error: BaseException) -> None:
+        self._retries += 1
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = self.location.join(key) if key else self.url
@@ -385,14 +451,60 @@ def translate_fsspec_error(
         return exc
     text = redact(first_line(str(exc)) or type(exc).__name__)
     names = {cls.__name__ for cls in type(exc).__mro__}
-    if isinstance(exc, PermissionError) or _PERMISSION_TEXT.search(str(exc)):
+    status = http_status(exc)
+    code = exc.errno if isinstance(exc, OSError) else None
+    if isinstance(exc, PermissionError) or status in (401, 403):
         return StorePermissionError(f"permission denied reading {where}: {text}", url=url, key=key)
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or any("Timeout" in n for n in names):
+    if (
+        isinstance(exc, TimeoutError)
+        or any("Timeout" in n for n in names)
+        or code == errno.ETIMEDOUT
+        or status == 408
+    ):
         return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
-    if isinstance(exc, ConnectionError) or names & set(_TRANSIENT_TYPES) or _TRANSIENT_TEXT.search(str(exc)):
+    if (
+        isinstance(exc, ConnectionError)
+        or names & _TRANSIENT_TYPES
+        or code in _TRANSIENT_ERRNOS
+        or (status is not None and (status >= 500 or status == 429))
+    ):
         return TransientStoreError(f"connection or server error reading {where}: {text}", url=url, key=key)
     if isinstance(exc, OSError) or "ClientError" in names:
         return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+    return None
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """botocore's error code (``response["Error"]["Code"]``) of ``exc`` or the error it came from."""
+    for seen in (exc, exc.__cause__):
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            return code if isinstance(code, str) else None
+    return None
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an exception (or one it was raised from) carries as data, if any.
+
+    botocore keeps it in ``response["ResponseMetadata"]["HTTPStatusCode"]``
+    (s3fs raises its own ``OSError`` from that); aiohttp and gcsfs as
+    ``status`` / ``code``.
+    """
+    seen: BaseException | None = exc
+    for _ in range(4):  # the exception and a few causes: enough for s3fs's wrapping
+        if seen is None:
+            return None
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+        for attr in ("status", "code"):
+            value = getattr(seen, attr, None)
+            if isinstance(value, int) and 100 <= value <= 599:
+                return value
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
+from insitu.fetch import RetryPolicy
 from insitu_stores.errors import (
     Redactor,
     StoreError,
@@ -36,7 +37,7 @@ from insitu_stores.errors import (
     first_line,
 )
 from insitu_stores.locations import parse_location
-from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.retry import DEFAULT_RETRY, call_once
 from insitu_stores.schemes import ICECHUNK_SCHEMES
 
 _REFS = ("branch", "tag", "snapshot")
@@ -66,7 +67,7 @@ def icechunk_store(
     endpoint: str | None = None,
     region: str | None = None,
     allow_http: bool | None = None,
-    retry: StoreRetry | None = None,
+    retry: RetryPolicy | None = None,
     **storage_options: Any,
 ) -> IcechunkReadStore:
     """Open an Icechunk repository read-only at a branch, tag or snapshot id.
@@ -88,8 +89,9 @@ def icechunk_store(
     ``region`` and the backend's credentials (S3: ``access_key_id``,
     ``secret_access_key``, ``session_token``; GCS: ``service_account_file``...;
     Azure: ``account``, ``access_key``, ``sas_token``) as ``storage_options``.
-    ``retry`` configures Icechunk's own storage retries and this store's
-    per-request timeout.
+    ``retry`` (``insitu.RetryPolicy``) becomes Icechunk's own storage retry
+    settings (attempts and backoff): Icechunk is the one layer that retries,
+    and insitu's engine does not retry on top.
 
     Raises :class:`~insitu_stores.errors.StoreNotFoundError` when the
     repository, branch, tag or snapshot does not exist, ``ValueError`` for a
@@ -168,7 +170,7 @@ def _one_ref(target: Any, query: dict[str, str], **given: str | None) -> dict[st
     return refs or {"branch": "main"}
 
 
-def _retry_config(icechunk: Any, retry: StoreRetry) -> Any:
+def _retry_config(icechunk: Any, retry: RetryPolicy) -> Any:
     # Icechunk retries inside its Rust client; max_tries counts the first attempt.
     settings = icechunk.StorageRetriesSettings(
         max_tries=retry.retries + 1,
@@ -307,7 +309,7 @@ class IcechunkReadStore(Store):
         url: str,
         snapshot_id: str,
         ref: Mapping[str, str] | None = None,
-        retry: StoreRetry = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
     ) -> None:
         super().__init__(read_only=True)
@@ -321,6 +323,11 @@ class IcechunkReadStore(Store):
     def insitu_identity(self) -> str:
         """The repository and the snapshot id: a new commit is different data to a cache."""
         return f"icechunk:{self.url}@snapshot:{self.snapshot_id}"
+
+    @property
+    def insitu_retry_policy(self) -> RetryPolicy:
+        """The policy Icechunk's storage client applies (attempts and backoff)."""
+        return self.retry
 
     def __str__(self) -> str:
         return f"{self.url}@{self.snapshot_id}"
@@ -378,10 +385,11 @@ class IcechunkReadStore(Store):
         return bool(await self._guarded(key, op))
 
     async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
-        # Icechunk already retried (max_tries from the same policy): translate, do not retry again.
-        return await call_with_retry(
-            op, retry=self.retry, translate=self._translate, key=key, url=self.url, attempts=0
-        )
+        # Icechunk retries inside its client (max_tries from the same policy): translate only.
+        # The deadline is a backstop past every attempt it may make.
+        longest = self.retry.longest_call_s()
+        deadline = None if longest is None else longest + 1.0
+        return await call_once(op, deadline_s=deadline, translate=self._translate, key=key, url=self.url)
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = f"{self.url}@{self.snapshot_id}" + (f" key {key!r}" if key else "")

@@ -5,6 +5,19 @@ that also translates obstore's errors (see :mod:`insitu_stores.errors`), tells a
 missing bucket apart from a missing key, keeps credentials out of its repr and
 messages, and offers the engine raw byte fetches (:meth:`ObstoreStore.insitu_get`,
 :meth:`ObstoreStore.insitu_get_ranges`) without zarr's buffer wrapping.
+
+Retries happen in obstore's Rust client, configured from insitu's
+``RetryPolicy`` (attempts, backoff, request and connect timeouts): it knows
+HTTP statuses, ``Retry-After`` and which requests are safe to repeat. The
+store declares that policy (``insitu_retry_policy``), so insitu's engine does
+not retry on top.
+
+Errors are classified by obstore's exception types. obstore 0.12 has types for
+permission, authentication, missing objects and configuration errors, and one
+type (``GenericError``) for every other failure it gave up on, 5xx, reset,
+timeout and a client that could not be built alike. Those become a plain
+:class:`~insitu_stores.errors.StoreError` carrying obstore's reason: nothing
+is guessed from the message text.
 """
 
 from __future__ import annotations
@@ -12,14 +25,17 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import ObjectStore
 
+from insitu.fetch import RetryPolicy
 from insitu_stores.errors import (
     Redactor,
+    StoreConfigurationError,
     StoreError,
     StoreNotFoundError,
     StorePermissionError,
@@ -28,22 +44,13 @@ from insitu_stores.errors import (
     first_line,
 )
 from insitu_stores.locations import Location, parse_location
-from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.retry import DEFAULT_RETRY, call_once
 from insitu_stores.schemes import OBSTORE_SCHEMES
 
 # What S3, Azure and GCS answer (in a 404 body) when the bucket or container itself is missing.
 _BUCKET_MISSING = re.compile(
     r"NoSuchBucket|ContainerNotFound|The specified bucket does not exist", re.IGNORECASE
 )
-_STATUS = re.compile(r"status(?: code)?:?\s*(\d{3})")
-_TRANSIENT_TEXT = re.compile(
-    r"error sending request|connection (?:reset|refused|closed)|broken pipe|"
-    r"incomplete message|error reading a body|dns error|HTTP error",
-    re.IGNORECASE,
-)
-# obstore reports a timeout in its debug dump (kind: Timeout / TimedOut); "retry_timeout: 13s"
-# appears in every message and must not count.
-_TIMEOUT_TEXT = re.compile(r"TimedOut|kind: Timeout|timed out", re.IGNORECASE)
 
 
 def obstore_store(
@@ -55,7 +62,7 @@ def obstore_store(
     region: str | None = None,
     requester_pays: bool = False,
     allow_http: bool | None = None,
-    retry: StoreRetry | None = None,
+    retry: RetryPolicy | None = None,
     client_options: dict[str, Any] | None = None,
     **config: Any,
 ) -> ObstoreStore:
@@ -70,7 +77,9 @@ def obstore_store(
       (GCS), ``account_name`` / ``account_key`` / ``sas_key`` (Azure); without
       them obstore reads the usual environment variables. They never appear
       in the store's repr or in its error messages.
-    - ``retry``: attempts, backoff and per-request timeout (:class:`StoreRetry`).
+    - ``retry``: attempts, backoff, request and connect timeouts
+      (``insitu.RetryPolicy``), applied by obstore's client; the store is the
+      only layer that retries its requests.
     - ``client_options`` and any other ``config`` go to ``obstore.store.from_url``.
 
     Building the store sends no request; a wrong bucket, a 403 or an
@@ -98,13 +107,13 @@ def obstore_store(
         config["request_payer"] = True
     options: dict[str, Any] = {}
     if loc.service not in ("file", "memory"):
-        options.update(retry.obstore_client_options())
+        options.update(client_timeouts(retry))
         if allow_http is None:
             allow_http = loc.service == "http" or bool(endpoint and endpoint.startswith("http://"))
         if allow_http:
             options["allow_http"] = True
         options.update(client_options or {})
-        config.setdefault("retry_config", retry.obstore_retry_config())
+        config.setdefault("retry_config", retry_config(retry))
     elif client_options:
         raise ValueError(f"client_options do not apply to {loc.scheme}:// URLs ({url!r})")
     redact = Redactor.from_options({**config, "client_options": options})
@@ -122,6 +131,29 @@ def obstore_store(
     return ObstoreStore(
         inner, read_only=read_only, location=loc, endpoint=endpoint, retry=retry, redact=redact
     )
+
+
+def retry_config(policy: RetryPolicy) -> dict[str, Any]:
+    """obstore's ``retry_config`` for ``policy``: the same attempts and backoff, per request."""
+    longest = policy.longest_call_s()
+    return {
+        "max_retries": policy.retries,
+        "backoff": {
+            "init_backoff": timedelta(seconds=policy.backoff_s),
+            "max_backoff": timedelta(seconds=max(policy.max_backoff_s, policy.backoff_s)),
+            "base": 2.0,
+        },
+        # retry_timeout bounds the whole retry sequence; leave room for every attempt.
+        "retry_timeout": timedelta(seconds=longest if longest is not None else 300.0 * policy.attempts),
+    }
+
+
+def client_timeouts(policy: RetryPolicy) -> dict[str, Any]:
+    """obstore ``client_options`` for ``policy``: per-request and connect timeouts."""
+    options: dict[str, Any] = {"connect_timeout": timedelta(seconds=policy.connect_timeout_s)}
+    if policy.timeout_s is not None:
+        options["timeout"] = timedelta(seconds=policy.timeout_s)
+    return options
 
 
 def _check_applies(loc: Location, name: str, value: Any, applies: bool) -> None:
@@ -150,7 +182,7 @@ class ObstoreStore(ObjectStore):
         read_only: bool = False,
         location: Location | None = None,
         endpoint: str | None = None,
-        retry: StoreRetry = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
     ) -> None:
         super().__init__(store, read_only=read_only)
@@ -170,6 +202,29 @@ class ObstoreStore(ObjectStore):
     def insitu_identity(self) -> str:
         """What the engine's persisted-cache fingerprint records for this store."""
         return f"obstore:{self.location.url}@{self.endpoint or 'default'}"
+
+    @property
+    def insitu_retry_policy(self) -> RetryPolicy:
+        """The policy obstore's client applies to every request of this store."""
+        return self.retry
+
+    async def insitu_object_version(self, key: str) -> str | None:
+        """The object's ETag (or version id, or size and modification time); ``None`` if absent.
+
+        One HEAD request on object storage; on local files obstore's ETag is
+        made from the file's inode, size and modification time.
+        """
+        import obstore as obs
+
+        async def head() -> str | None:
+            try:
+                meta = await obs.head_async(self.store, key)
+            except FileNotFoundError as exc:
+                self._raise_if_bucket_missing(exc)
+                return None
+            return _version_of(meta)
+
+        return await self._guarded(key, head)
 
     def __str__(self) -> str:
         return self.url
@@ -292,20 +347,11 @@ class ObstoreStore(ObjectStore):
             )
 
     async def _guarded(self, key: str, op: Callable[[], Awaitable[Any]]) -> Any:
-        # obstore already retried inside Rust (attempts=0 here); the timeout is a backstop
-        # for a request that hangs past the client's own timeouts.
-        return await call_with_retry(
-            op, retry=self._backstop, translate=self._translate, key=key, url=self.url, attempts=0
-        )
-
-    @property
-    def _backstop(self) -> StoreRetry:
-        r = self.retry
-        if r.timeout_s is None:
-            return r
-        # Past every attempt obstore may make, so its own timeout always fires first.
-        total = (r.retries + 1) * (r.timeout_s + r.connect_timeout_s) + r.retries * r.max_backoff_s
-        return StoreRetry(retries=0, timeout_s=total + 1.0)
+        # obstore retries inside Rust; the deadline is only a backstop for a request that hangs
+        # past the client's own timeouts, so it lies beyond every attempt obstore may make.
+        longest = self.retry.longest_call_s()
+        deadline = None if longest is None else longest + 1.0
+        return await call_once(op, deadline_s=deadline, translate=self._translate, key=key, url=self.url)
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = self.location.join(key) if key else self.location.url
@@ -346,29 +392,33 @@ def translate_obstore_error(
     """
     if isinstance(exc, StoreError):
         return exc
-    try:
-        from obstore import exceptions as oe
-    except ImportError:  # pragma: no cover - obstore is a dependency
-        return None
+    from obstore import exceptions as oe
+
     text = redact(first_line(str(exc)))
-    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
-        kind = "permission denied" if isinstance(exc, oe.PermissionDeniedError) else "not authenticated"
+    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
+        kind = "not authenticated" if isinstance(exc, oe.UnauthenticatedError) else "permission denied"
         return StorePermissionError(f"{kind} reading {where}: {text}", url=url, key=key)
-    if isinstance(exc, PermissionError):
-        return StorePermissionError(f"permission denied reading {where}: {text}", url=url, key=key)
-    if not isinstance(exc, (oe.BaseError, ConnectionError, OSError)):
-        return None
-    status = _STATUS.search(str(exc))
-    code = int(status.group(1)) if status else None
-    if code in (401, 403):
-        return StorePermissionError(f"permission denied ({code}) reading {where}: {text}", url=url, key=key)
-    if code is not None and (code >= 500 or code == 429):
-        return TransientStoreError(f"server error ({code}) reading {where}: {text}", url=url, key=key)
-    if _TIMEOUT_TEXT.search(str(exc)):
+    if isinstance(exc, _configuration_errors(oe)):
+        return StoreConfigurationError(f"cannot read {where}: {text}", url=url, key=key)
+    if isinstance(exc, TimeoutError):
         return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
-    if isinstance(exc, ConnectionError) or _TRANSIENT_TEXT.search(str(exc)):
+    if isinstance(exc, ConnectionError):
         return TransientStoreError(f"connection failed reading {where}: {text}", url=url, key=key)
-    return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+    if isinstance(exc, (oe.BaseError, OSError)):
+        # GenericError and the rest: obstore already retried what it could; its reason is in text.
+        return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+    return None
+
+
+def _configuration_errors(oe: Any) -> tuple[type[BaseException], ...]:
+    """obstore's types for a request that no retry can fix: the store or the path is wrong."""
+    return (oe.UnknownConfigurationKeyError, oe.InvalidPathError, oe.NotSupportedError)
+
+
+def _version_of(meta: Any) -> str:
+    """An object's version from obstore's ``ObjectMeta``: ETag, else version id, else size and mtime."""
+    tag = meta.get("e_tag") or meta.get("version")
+    return str(tag) if tag else f"{meta['size']}-{meta['last_modified'].isoformat()}"
 
 
 __all__ = ["OBSTORE_SCHEMES", "ObstoreStore", "obstore_store", "translate_obstore_error"]

@@ -29,11 +29,12 @@ from typing import Any
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
+from insitu.fetch import RetryPolicy
 from insitu_stores.errors import Redactor, StoreError
 from insitu_stores.fits import DEFAULT_CHUNK_BYTES, NotAnImageError, fits_group, optional_module
 from insitu_stores.locations import Location, parse_location
 from insitu_stores.obstore_backend import obstore_store, translate_obstore_error
-from insitu_stores.retry import DEFAULT_RETRY, StoreRetry, call_with_retry
+from insitu_stores.retry import DEFAULT_RETRY, call_once
 
 FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fits.fz")
 HDF_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".netcdf")
@@ -51,7 +52,7 @@ def virtual_store(
     endpoint: str | None = None,
     region: str | None = None,
     allow_http: bool | None = None,
-    retry: StoreRetry | None = None,
+    retry: RetryPolicy | None = None,
     **credentials: Any,
 ) -> VirtualStore:
     """A read-only zarr store over FITS, HDF5 or netCDF-4 files, without copying them.
@@ -171,7 +172,7 @@ def _registry(
     endpoint: str | None,
     region: str | None,
     allow_http: bool | None,
-    retry: StoreRetry,
+    retry: RetryPolicy,
     credentials: dict[str, Any],
 ) -> tuple[Any, dict[str, Any]]:
     """One obstore store per bucket (or per host, or local files) and the registry over them."""
@@ -249,7 +250,7 @@ class VirtualStore(Store):
         *,
         description: str,
         fingerprint: str,
-        retry: StoreRetry = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
     ) -> None:
         super().__init__(read_only=True)
@@ -275,6 +276,11 @@ class VirtualStore(Store):
         """The files and their sizes and versions: a rewritten file is different data."""
         return f"virtual:{self.description}#{self.fingerprint}"
 
+    @property
+    def insitu_retry_policy(self) -> RetryPolicy:
+        """The policy the obstore clients underneath apply to every byte-range read."""
+        return self.retry
+
     def __str__(self) -> str:
         return f"virtual:{self.description}"
 
@@ -296,14 +302,16 @@ class VirtualStore(Store):
     ) -> Buffer | None:
         if not self._known(key):
             return None
+        # The obstore stores underneath retry (under this policy); this call only translates,
+        # with a deadline past every attempt they may make.
+        longest = self.retry.longest_call_s()
         try:
-            return await call_with_retry(
+            return await call_once(
                 lambda: self.manifest_store.get(key, prototype, byte_range),
-                retry=self.retry,
+                deadline_s=None if longest is None else longest + 1.0,
                 translate=self._translate,
                 key=key,
                 url=str(self),
-                attempts=0,  # the obstore stores underneath already retried
             )
         except (IndexError, ValueError):
             # virtualizarr's ManifestStore raises for chunk keys outside its grid or key pattern;
