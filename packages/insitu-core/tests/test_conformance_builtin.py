@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from zarr.abc.buffer import Buffer, BufferPrototype
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, WrapperStore
 
 from insitu.batch import Batch
+from insitu.fetch import RetryPolicy
 from insitu.stores import open_store
 from insitu.testing import AdapterConformance, StoreConformance, TransformConformance
 
@@ -140,6 +142,97 @@ def test_kit_rejects_store_ignoring_byte_ranges(tmp_path: Path) -> None:
     kit.test_reads_reference_arrays()  # whole-chunk reads still work ...
     with pytest.raises(AssertionError, match="ByteRequest"):
         kit.test_byte_range_requests()  # ... but ranged reads do not
+
+
+class _CapableStore(WrapperStore[Store]):
+    """Declares every optional capability over a local store, and breaks the one named by ``bug``."""
+
+    policy = RetryPolicy(retries=1)
+
+    def __init__(self, store: Store, bug: str = "") -> None:
+        super().__init__(store)
+        self.bug = bug
+
+    def _with_store(self, store: Store) -> _CapableStore:
+        return _CapableStore(store, self.bug)
+
+    async def insitu_get(
+        self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
+    ) -> Any:
+        if self.bug == "raw_ignores_ranges":
+            byte_range = suffix = None
+        request: ByteRequest | None = None
+        if byte_range is not None:
+            request = RangeByteRequest(*byte_range)
+        elif suffix is not None:
+            request = SuffixByteRequest(suffix)
+        buf = await self._store.get(key, default_buffer_prototype(), request)
+        return None if buf is None else buf.to_bytes()
+
+    async def insitu_get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Any] | None:
+        parts = [await self.insitu_get(key, r) for r in ranges]
+        if parts[0] is None:
+            return None
+        return parts[::-1] if self.bug == "ranges_out_of_order" else parts
+
+    def insitu_identity(self) -> str:
+        where = f"capable:{self._store}"
+        return f"{where}#{id(self)}" if self.bug == "identity_per_open" else where
+
+    async def insitu_object_version(self, key: str) -> str | None:
+        from insitu.capabilities import local_file_version
+
+        version = local_file_version(Path(str(self._store.root)) / key)  # type: ignore[attr-defined]
+        return "v1" if version is not None and self.bug == "version_ignores_bytes" else version
+
+    @property
+    def insitu_retry_policy(self) -> Any:
+        return {"retries": 1} if self.bug == "policy_not_a_policy" else self.policy
+
+
+def _capable_kit(tmp_path: Path, bug: str) -> StoreConformance:
+    class Kit(StoreConformance):
+        def writable_target(self) -> Store:
+            return LocalStore(tmp_path / "ref.zarr")
+
+        def open_read_store(self, target: Store) -> Store:
+            return _CapableStore(LocalStore(tmp_path / "ref.zarr", read_only=True), bug)
+
+        def other_read_store(self) -> Store:
+            return _CapableStore(LocalStore(tmp_path / "other.zarr", read_only=True), bug)
+
+    kit = Kit()
+    kit.tmp_path = tmp_path
+    return kit
+
+
+_CAPABILITY_CHECKS = {
+    "raw_ignores_ranges": "test_raw_reads_match_store_reads",
+    "ranges_out_of_order": "test_multi_range_reads_match_single_ranges",
+    "identity_per_open": "test_identity_is_stable_and_tells_data_apart",
+    "version_ignores_bytes": "test_object_versions_follow_the_bytes",
+    "policy_not_a_policy": "test_a_store_that_retries_reports_its_policy",
+}
+
+
+@pytest.mark.parametrize(("bug", "check"), sorted(_CAPABILITY_CHECKS.items()))
+def test_kit_rejects_broken_capabilities(tmp_path: Path, bug: str, check: str) -> None:
+    with pytest.raises(AssertionError):
+        getattr(_capable_kit(tmp_path / "broken", bug), check)()
+    getattr(_capable_kit(tmp_path / "sound", ""), check)()  # the sound store passes the same check
+
+
+def test_kit_skips_capabilities_a_store_does_not_declare(tmp_path: Path) -> None:
+    kit = _buggy_store_kit(tmp_path, "")
+    for check in _CAPABILITY_CHECKS.values():
+        if check == "test_object_versions_follow_the_bytes":
+            continue  # a local directory has versions (size and mtime) without declaring them
+        with pytest.raises(pytest.skip.Exception):
+            getattr(kit, check)()
+
+
+def test_local_files_have_versions_that_follow_the_bytes(tmp_path: Path) -> None:
+    _buggy_store_kit(tmp_path, "").test_object_versions_follow_the_bytes()
 
 
 class _IdFingerprint(Scale):

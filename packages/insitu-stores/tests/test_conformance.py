@@ -45,10 +45,17 @@ class TestObstoreLocal(StoreConformance):
     def open_read_store(self, target: Store) -> Store:
         return obstore_store((self.tmp_path / "ref").as_uri())
 
+    def other_read_store(self) -> Store:
+        (self.tmp_path / "other").mkdir(exist_ok=True)
+        return obstore_store((self.tmp_path / "other").as_uri())
+
 
 class TestObstoreS3(_S3Target, StoreConformance):
     def open_read_store(self, target: Store) -> Store:
         return obstore_store(self.url, **self.s3.options())
+
+    def other_read_store(self) -> Store:
+        return obstore_store(f"{self.url}-other", **self.s3.options())
 
 
 class TestFsspecLocal(StoreConformance):
@@ -62,6 +69,9 @@ class TestFsspecLocal(StoreConformance):
 class TestFsspecS3(_S3Target, StoreConformance):
     def open_read_store(self, target: Store) -> Store:
         return fsspec_store(self.url, **self.s3.options())
+
+    def other_read_store(self) -> Store:
+        return fsspec_store(f"{self.url}-other", **self.s3.options())
 
 
 class _IcechunkReference(StoreConformance):
@@ -92,7 +102,12 @@ class _IcechunkReference(StoreConformance):
 
         asyncio.run(copy())
         snapshot = session.commit("conformance reference")
+        self.reopen = lambda: self.open_snapshot(repo, snapshot)
         return WrittenReference(v3_only, self.open_snapshot(repo, snapshot), arrays)
+
+    def reopened_store(self) -> Store:
+        self.reference  # noqa: B018  (writes the repository and remembers how to open it)
+        return self.reopen()
 
     def writable_target(self) -> Store:  # the reference property above replaces the kit's writer
         raise NotImplementedError

@@ -18,11 +18,16 @@ import zarr
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 
 from insitu.keys import chunk_key_encoder
+from insitu.testing.capabilities import CapabilityChecks, Subject
 from insitu.testing.stores import _get
 
 
-class ReadOnlyStoreConformance:
-    """Subclass with a ``Test`` prefix and implement :meth:`open_store` and :meth:`expected`."""
+class ReadOnlyStoreConformance(CapabilityChecks):
+    """Subclass with a ``Test`` prefix and implement :meth:`open_store` and :meth:`expected`.
+
+    The optional capabilities the store declares are checked on the first
+    chunk of the first expected array (see :class:`~insitu.testing.capabilities.CapabilityChecks`).
+    """
 
     tmp_path: Path
 
@@ -37,6 +42,19 @@ class ReadOnlyStoreConformance:
     def expected(self) -> Mapping[str, np.ndarray]:
         """``{array path: values}`` the store must serve (sample axis first)."""
         raise NotImplementedError("ReadOnlyStoreConformance subclasses implement expected()")
+
+    def capability_subject(self) -> Subject:
+        store = self.open_store()
+        path = next(iter(self.expected()))
+        arr = zarr.open_array(store, path=path, mode="r")
+        encode = chunk_key_encoder(arr.metadata.to_dict(), path)
+        key = encode((0,) * arr.ndim)
+        data = _get(store, key)
+        assert data is not None, f"{key}: the first chunk is missing"
+        return Subject(store, key, data, encode(tuple(n + 7 for n in arr.shape)))
+
+    def reopened_store(self) -> Store:
+        return self.open_store()
 
     def test_reads_expected_arrays(self) -> None:
         store = self.open_store()

@@ -15,6 +15,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.buffer import default_buffer_prototype
 
 from insitu.testing import _aio
+from insitu.testing.capabilities import CapabilityChecks, Subject
 from insitu.testing.reference import GROUP_ATTRIBUTES, ReferenceArray, write_reference
 
 
@@ -38,7 +39,7 @@ async def _collect(listing: Callable[[], AsyncIterator[str]]) -> set[str]:
     return {k async for k in listing()}
 
 
-class StoreConformance:
+class StoreConformance(CapabilityChecks):
     """Base class for a store plugin's conformance tests.
 
     Subclass it in a test module (with a ``Test`` prefix so pytest collects
@@ -56,6 +57,11 @@ class StoreConformance:
     that the plugin's store reads it back: values through zarr, keys, byte
     ranges, missing keys and concurrent gets. ``self.tmp_path`` is a fresh
     directory per test.
+
+    Each optional capability the store declares (:mod:`insitu.capabilities`:
+    raw and multi-range reads, identity, object versions, its own retry
+    policy) is checked too; override :meth:`other_read_store` to have the
+    identity check also tell two locations apart.
     """
 
     tmp_path: Path
@@ -84,6 +90,23 @@ class StoreConformance:
                         f"the writable target stored {key!r}, which the reference leaves missing"
                     )
         return WrittenReference(target, self.open_read_store(target), arrays)
+
+    def capability_subject(self) -> Subject:
+        """The first reference array's present chunk, and one of its chunks never written."""
+        ref = self.reference
+        array = ref.arrays[0]
+        data = _get(ref.target, array.present_key)
+        assert data is not None, f"the target lost {array.present_key!r}"
+        missing = array.missing_keys[0] if array.missing_keys else "no-such-key"
+        return Subject(ref.store, array.present_key, data, missing)
+
+    def reopened_store(self) -> Store:
+        return self.open_read_store(self.reference.target)
+
+    def rewrite(self, key: str, data: bytes) -> bool:
+        """Writes ``data`` through the writable target the reference was written with."""
+        _aio.run(self.reference.target.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        return True
 
     def test_reads_reference_arrays(self) -> None:
         ref = self.reference
