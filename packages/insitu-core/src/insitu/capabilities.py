@@ -161,7 +161,7 @@ def capabilities_of(store: object) -> StoreCapabilities:
     )
 
 
-def store_identity(store: Store) -> str:
+def store_identity(store: Store | IdentifiedStore) -> str:
     """A string naming where the data lives (and which version of it, when known).
 
     A store (or the store a wrapper holds) that implements
