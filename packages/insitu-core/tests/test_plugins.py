@@ -54,7 +54,7 @@ def test_builtins_serve_local_paths_and_memory() -> None:
     assert registry.store_for_scheme("file").name == "local"
     assert registry.store_for_scheme("").name == "local"
     assert registry.store_for_scheme("MEMORY").name == "memory"
-    assert_registers("insitu.builtins", "stores", ["local", "memory"], exact=True)
+    assert_registers("insitu.builtins", "stores", ["faults", "local", "memory"], exact=True)
 
 
 def test_entry_point_plugin_is_discovered(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def test_lookup_of_unknown_name_lists_known_names() -> None:
     with pytest.raises(PluginNotFoundError, match=r"unknown store 'nope'.*'local', 'memory'") as info:
         get_registry().lookup("stores", "nope")
     assert isinstance(info.value, KeyError)
-    assert info.value.known == ("local", "memory")
+    assert info.value.known == ("faults", "local", "memory")
     with pytest.raises(KeyError, match="registered: none"):
         get_registry().lookup("adapters", "as_nothing")
 
