@@ -120,6 +120,7 @@ def test_the_engine_retries_a_plain_store_during_an_epoch() -> None:
             (got,) = batch.values()
             np.testing.assert_array_equal(got, values[batch.sample_indices])
             seen.extend(batch.sample_indices.tolist())
+        assert ds.stats["retries"] == 2  # the retries are counted where users look
     assert sorted(seen) == list(range(16))
     assert store.attempts == 4 + 2  # four chunks, two of the attempts failed and were repeated
 

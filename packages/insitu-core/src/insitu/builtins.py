@@ -6,12 +6,12 @@ It is listed in ``insitu.plugins.BUILTIN_PLUGINS``, so it loads even with
 
 from __future__ import annotations
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterDecoder, RegisterStore, hookimpl
 from insitu.stores import local_store, memory_store
 
 
 @hookimpl
-def insitu_register_stores(register: Register) -> None:
+def insitu_register_stores(register: RegisterStore) -> None:
     """Plain paths and ``file://`` URLs (LocalStore), ``memory://name`` (MemoryStore), and
     ``faults+<scheme>://`` (a fault-injecting wrapper for reliability drills, ``insitu.faults``)."""
     # default=True: a plugin that also serves "file" never takes over local paths
@@ -25,7 +25,7 @@ def insitu_register_stores(register: Register) -> None:
 
 
 @hookimpl
-def insitu_register_decoders(register: Register) -> None:
+def insitu_register_decoders(register: RegisterDecoder) -> None:
     """Direct numcodecs decoding into pool slots (arrays with other codecs are read through zarr)."""
     from insitu.codecs import numcodecs_decoder
 

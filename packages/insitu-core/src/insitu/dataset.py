@@ -316,10 +316,14 @@ class InSituDataset:
     # -- statistics and lifetime -------------------------------------------------
     @property
     def stats(self) -> dict[str, Any]:
-        """Live counters: reads, bytes, decodes, hits and hit rate, bad/missing chunks, resident
+        """Live counters: reads, retries, bytes, decodes, hits and hit rate, bad/missing chunks, resident
         bytes, and, from the consumer's side, throughput and the fraction of time spent waiting
         for data (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
         out: dict[str, Any] = self.engine.stats.as_dict()
+        # Retries of transient store errors, by whichever single layer retried them (the engine
+        # for plain stores, the store itself for stores that retry and count).
+        store_retries = self.engine.fetcher.store_retries
+        out["retries"] = self.engine.fetcher.retries + (store_retries or 0)
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterDevice, hookimpl
 from insitu_gpu.device import cupy_device
 
 
 @hookimpl
-def insitu_register_devices(register: Register) -> None:
+def insitu_register_devices(register: RegisterDevice) -> None:
     """``cupy``: ``cupy_device(device_id=0)`` builds a ``CupyDevice``."""
     register("cupy", cupy_device)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterAdapter, hookimpl
 from insitu_tf.adapter import as_tf_dataset
 
 
 @hookimpl
-def insitu_register_adapters(register: Register) -> None:
+def insitu_register_adapters(register: RegisterAdapter) -> None:
     """``as_tf_dataset`` (view -> tf.data.Dataset)."""
     register("as_tf_dataset", as_tf_dataset)

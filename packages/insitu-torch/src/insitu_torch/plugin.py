@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterAdapter, hookimpl
 from insitu_torch.adapter import as_torch, to_torch
 
 
 @hookimpl
-def insitu_register_adapters(register: Register) -> None:
+def insitu_register_adapters(register: RegisterAdapter) -> None:
     """``as_torch`` (view -> IterableDataset) and ``to_torch`` (batch -> tensors)."""
     register("as_torch", as_torch)
     register("to_torch", to_torch)

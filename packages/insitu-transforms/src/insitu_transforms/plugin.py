@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import Register, hookimpl
+from insitu.hookspecs import RegisterTransform, hookimpl
 from insitu_transforms.chunk import Cast, NanToNum
 from insitu_transforms.scaler import StandardScaler
 
 
 @hookimpl
-def insitu_register_transforms(register: Register) -> None:
+def insitu_register_transforms(register: RegisterTransform) -> None:
     """``StandardScaler`` (batch transform), ``Cast`` and ``NanToNum`` (chunk transforms)."""
     register("StandardScaler", StandardScaler)
     register("Cast", Cast)
