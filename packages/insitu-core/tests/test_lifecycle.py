@@ -179,6 +179,7 @@ def _iterate_in_child(ds: insitu.InSituDataset, out: Any) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # the point here
 def test_a_forked_child_is_refused_instead_of_hanging(root: Path) -> None:
     import multiprocessing
 
