@@ -6,8 +6,10 @@ It is listed in ``insitu.plugins.BUILTIN_PLUGINS``, so it loads even with
 
 from __future__ import annotations
 
+from typing import Any
+
 from insitu.hookspecs import RegisterDecoder, RegisterStore, hookimpl
-from insitu.stores import local_store, memory_store
+from insitu.stores import SCHEME_PACKAGES, local_store, memory_store
 
 
 @hookimpl
@@ -18,10 +20,18 @@ def insitu_register_stores(register: RegisterStore) -> None:
     # unless the user asks for it with open_store(..., backend=name).
     register("local", local_store, schemes=("file", ""), default=True)
     register("memory", memory_store, schemes=("memory",), default=True)
-    # Imported here: the fault wrapper loads with the first store lookup, not with every registry.
-    from insitu.faults import FAULT_SCHEMES, faults_store
+    # The fault wrapper's module loads when a faults+ URL is opened, not with the registry: the
+    # registry loads on every first open_store, and that import would add to time to first batch.
+    register(
+        "faults", _faults_store, schemes=tuple(f"faults+{s}" for s in ("file", "memory", *SCHEME_PACKAGES))
+    )
 
-    register("faults", faults_store, schemes=FAULT_SCHEMES)
+
+def _faults_store(url: str, **options: Any) -> Any:
+    """``insitu.faults.faults_store``, imported on first use."""
+    from insitu.faults import faults_store
+
+    return faults_store(url, **options)
 
 
 @hookimpl
