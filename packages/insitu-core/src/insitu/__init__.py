@@ -13,7 +13,14 @@ from typing import Any
 from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
 from insitu.discovery import open_geometries
-from insitu.errors import BadChunkError, ConfigError, DatasetClosedError, InSituError, StaleCacheError
+from insitu.errors import (
+    BadChunkError,
+    CacheInUseError,
+    ConfigError,
+    DatasetClosedError,
+    InSituError,
+    StaleCacheError,
+)
 from insitu.fetch import RetryPolicy
 from insitu.geometry import ArrayGeometry
 from insitu.sources import BatchedView
@@ -27,6 +34,7 @@ __all__ = [
     "BadChunkError",
     "Batch",
     "BatchedView",
+    "CacheInUseError",
     "ConfigError",
     "DatasetClosedError",
     "DatasetView",

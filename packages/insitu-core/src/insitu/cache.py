@@ -19,9 +19,12 @@ live, so a crash leaves an empty cache, never a wrong one.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import stat
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,13 +34,14 @@ import numpy as np
 from zarr.abc.store import Store
 
 from insitu.capabilities import store_identity
-from insitu.errors import StaleCacheError
+from insitu.errors import CacheInUseError, StaleCacheError
 from insitu.geometry import ArrayGeometry
 from insitu.options import CacheOptions
 from insitu.pool import READY, ChunkPool
 from insitu.transforms import SlabSpec, transform_fingerprint
 
-FORMAT = "insitu.cache/2"
+FORMAT = "insitu.cache/3"
+LOCK = ".lock"
 INDEX = "index.json"
 
 
@@ -60,7 +64,12 @@ def _digest(obj: Any) -> str:
 
 
 class PersistentCache:
-    """Owns the arena files under ``cache_dir`` and, with ``persist``, their index."""
+    """Owns the arena files under ``cache_dir`` and, with ``persist``, their index and the write lock.
+
+    Files are opened without following symbolic links and must be regular
+    files. With ``persist`` one process at a time holds the directory (an
+    exclusive ``flock`` on ``.lock``); another gets :class:`CacheInUseError`.
+    """
 
     def __init__(
         self,
@@ -74,10 +83,14 @@ class PersistentCache:
         assert options.cache_dir is not None
         self.dir = options.cache_dir
         self.dir.mkdir(parents=True, exist_ok=True)
+        if self.dir.is_symlink() or not self.dir.is_dir():
+            raise StaleCacheError(f"cache_dir {self.dir} must be a directory, not a link or a file")
         self.persist = options.persist
         self.rebuild = options.rebuild
         self.index_path = self.dir / INDEX
         self.specs = dict(specs)
+        self.counts = {"verified": 0, "stale": 0, "corrupt": 0}  # slabs checked on reuse, by outcome
+        self._lock_fd: int | None = self._lock() if self.persist else None
         self.fingerprints: dict[str, dict[str, str]] = {}
         if self.persist:
             store_id = store_identity(store)
@@ -86,34 +99,62 @@ class PersistentCache:
                 for p, g in arrays.items()
             }
         self._others: dict[str, Any] = {}  # index entries of arrays this dataset does not read: kept
-        self._adopt: dict[str, dict[int, tuple[int, int]]] = {}
+        self._adopt: dict[str, dict[int, dict[str, Any]]] = {}
         if self.persist:
             self._adopt = self._read_index()
         self.files = {p: self.dir / self._file_name(p) for p in arrays}
         self.arenas = {p: self._map(self.files[p], g, specs[p], slots[p]) for p, g in arrays.items()}
 
+    # -- the directory lock ------------------------------------------------------------------------
+    def _lock(self) -> int:
+        fd = _open_nofollow(self.dir / LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CacheInUseError(
+                f"the persisted cache in {self.dir} is in use by {holder}; give each process its own "
+                "cache_dir, or wait for that process to close its dataset"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}".encode(), 0)
+        return fd
+
+    def release(self) -> None:
+        """Drop the directory lock (after :meth:`save`, or when the dataset is abandoned)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_lock_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    # -- the index ---------------------------------------------------------------------------------
     def _file_name(self, path: str) -> str:
         where = hashlib.sha1(path.encode()).hexdigest()[:12]
         if not self.persist:
             return f"arena-tmp-{os.getpid()}-{id(self):x}-{where}.bin"
         return f"arena-{self.fingerprints[path]['all'][:16]}-{where}.bin"
 
-    def _read_index(self) -> dict[str, dict[int, tuple[int, int]]]:
-        if not self.index_path.exists():
-            return {}
+    def _read_index(self) -> dict[str, dict[int, dict[str, Any]]]:
         try:
-            doc = json.loads(self.index_path.read_text())
+            fd = _open_nofollow(self.index_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:  # a link where the index should be
+            return self._unreadable(exc)
+        try:
+            with os.fdopen(fd, "rb") as f:
+                doc = json.loads(f.read())
             if doc.get("format") != FORMAT:
                 raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT!r}")
             entries = dict(doc["arrays"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            if not self.rebuild:
-                raise StaleCacheError(
-                    f"cache index {self.index_path} is unreadable ({exc}); pass persist='rebuild' to start afresh"
-                ) from exc
-            self._wipe(None)
-            return {}
-        adopt: dict[str, dict[int, tuple[int, int]]] = {}
+            return self._unreadable(exc)
+        adopt: dict[str, dict[int, dict[str, Any]]] = {}
         for path, entry in entries.items():
             mine = self.fingerprints.get(path)
             if mine is None:
@@ -130,15 +171,21 @@ class PersistentCache:
                     )
                 self._wipe(path)
                 continue
-            adopt[path] = {int(s): (int(v[0]), int(v[1])) for s, v in entry["slabs"].items()}
+            adopt[path] = {int(s): v for s, v in entry["slabs"].items()}
         return adopt
+
+    def _unreadable(self, exc: BaseException) -> dict[str, dict[int, dict[str, Any]]]:
+        if not self.rebuild:
+            raise StaleCacheError(
+                f"cache index {self.index_path} is unreadable ({exc}); pass persist='rebuild' to start afresh"
+            ) from exc
+        self._wipe(None)
+        return {}
 
     def _wipe(self, path: str | None) -> None:
         """Remove the arena files of one array (every array: ``None``)."""
-        pattern = (
-            "arena-*.bin" if path is None else f"arena-*-{hashlib.sha1(path.encode()).hexdigest()[:12]}.bin"
-        )
-        for f in self.dir.glob(pattern):
+        where = "*" if path is None else hashlib.sha1(path.encode()).hexdigest()[:12]
+        for f in self.dir.glob(f"arena-*-{where}.bin" if path is not None else "arena-*.bin"):
             f.unlink()
         if path is None:
             self.index_path.unlink(missing_ok=True)
@@ -147,12 +194,23 @@ class PersistentCache:
     def _map(path: Path, g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> np.ndarray:
         shape = (n_slots * g.chunk_len, *spec.sample_shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * spec.dtype.itemsize
-        with open(path, "a+b") as f:
-            f.truncate(nbytes)  # keeps existing slots when the budget is unchanged or grew
-        return np.memmap(path, dtype=spec.dtype, mode="r+", shape=shape)
+        fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
+        with os.fdopen(fd, "r+b") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StaleCacheError(f"cache file {path} is not a regular file")
+            os.ftruncate(fd, nbytes)  # keeps existing slots when the budget is unchanged or grew
+            return np.memmap(f, dtype=spec.dtype, mode="r+", shape=shape)
 
+    # -- reuse -------------------------------------------------------------------------------------
     async def restore(self, pool: ChunkPool, engine: Any) -> None:
-        """Adopt the slabs of a previous run, verified against their checksums."""
+        """Adopt the slabs of a previous run that are intact and whose stored bytes are unchanged.
+
+        Each entry is checked three ways: its index record (slab, slot, checksum and sources,
+        under one checksum), the slot's bytes (crc32 seeded with the array and slab, so bytes of
+        another slab never pass), and the sources it was read from (object versions, or the
+        stored bytes' crc32 re-read where the store has no versions). A damaged entry is a
+        StaleCacheError (dropped with ``persist="rebuild"``); a changed source just drops the slab.
+        """
         import asyncio
 
         loop = asyncio.get_running_loop()
@@ -160,22 +218,32 @@ class PersistentCache:
             apool = pool.arrays.get(path)
             if apool is None:
                 continue
-            usable = {s: v for s, v in entries.items() if v[0] < apool.n_slots and s < apool.geom.n_slabs}
-            checks = await loop.run_in_executor(engine.executor, _verify, apool, usable)
-            bad = sorted(s for s, ok in checks.items() if not ok)
+            usable = {
+                s: v
+                for s, v in entries.items()
+                if isinstance(v, dict) and int(v.get("slot", -1)) < apool.n_slots and s < apool.geom.n_slabs
+            }
+            intact = await loop.run_in_executor(engine.executor, _verify, path, apool, usable)
+            bad = sorted(s for s, ok in intact.items() if not ok)
             if bad and not self.rebuild:
                 raise StaleCacheError(
                     f"cached chunk row(s) {bad[:5]} of array {path!r} in {self.dir} are corrupted; "
                     "pass persist='rebuild' to drop them"
                 )
-            apool.adopt({s: v[0] for s, v in usable.items() if checks[s]})
+            self.counts["corrupt"] += len(bad)
+            good = {s: v for s, v in usable.items() if intact[s]}
+            fresh = await _unchanged_sources(engine.fetcher, good)
+            self.counts["stale"] += len(good) - len(fresh)
+            self.counts["verified"] += len(fresh)
+            apool.adopt({s: int(good[s]["slot"]) for s in fresh})
         pool.note_resident()
         # From here this run owns the arenas: until close() rewrites the index, a crash
         # leaves an empty cache rather than an index pointing at overwritten slots.
         self.index_path.unlink(missing_ok=True)
+        _fsync_dir(self.dir)
 
     def save(self, pool: ChunkPool) -> None:
-        """Flush arenas; with ``persist``, write the index of every ready slab."""
+        """Flush arenas; with ``persist``, write the index of every ready slab, atomically."""
         for arena in self.arenas.values():
             if isinstance(arena, np.memmap):
                 arena.flush()
@@ -187,17 +255,112 @@ class PersistentCache:
         for path, apool in pool.arrays.items():
             slabs = {}
             for slab, e in apool.entries.items():
-                if e.state == READY and not e.bad:
-                    slabs[str(slab)] = [e.slot, _crc(apool.view(e.slot))]
+                if e.state != READY or e.bad:
+                    continue
+                if e.sources is None and slab not in self._adopt.get(path, {}):
+                    continue  # loaded without source tracking: cannot be checked on reuse
+                sources = _sources_of(e, self._adopt.get(path, {}).get(slab))
+                slabs[str(slab)] = _entry(path, slab, e.slot, _crc(path, slab, apool.view(e.slot)), sources)
             arrays[path] = {"fingerprint": self.fingerprints[path], "slabs": slabs}
-        tmp = self.index_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "arrays": arrays}))
+        data = json.dumps({"format": FORMAT, "arrays": arrays}).encode()
+        tmp = self.dir / f"{INDEX}.{os.getpid()}.tmp"
+        fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, self.index_path)
+        _fsync_dir(self.dir)
 
 
-def _verify(apool: Any, entries: Mapping[int, tuple[int, int]]) -> dict[int, bool]:
-    return {slab: _crc(apool.view(slot)) == crc for slab, (slot, crc) in entries.items()}
+def _open_nofollow(path: Path, flags: int) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` (a planted link must not redirect writes)."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StaleCacheError(
+                f"cache file {path} is a symbolic link; insitu does not follow links in a cache "
+                "directory (remove it, or use another cache_dir)"
+            ) from None
+        raise
 
 
-def _crc(arr: np.ndarray) -> int:
-    return zlib.crc32(arr.reshape(-1).view(np.uint8).data)
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sources_of(entry: Any, adopted: Mapping[str, Any] | None) -> list[list[Any]]:
+    """The distinct (key, range, source) of a slab: tracked while loading, or carried over from
+    the entry it was adopted from."""
+    if entry.sources is not None:
+        seen = {(k, tuple(r) if r is not None else None, src) for k, r, src in entry.sources}
+        return [[k, list(r) if r is not None else None, src] for k, r, src in sorted(seen, key=str)]
+    return list(adopted["sources"]) if adopted is not None else []
+
+
+def _entry(path: str, slab: int, slot: int, crc: int, sources: list[list[Any]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"slot": slot, "crc": crc, "sources": sources}
+    entry["check"] = _entry_check(path, slab, entry)
+    return entry
+
+
+def _entry_check(path: str, slab: int, entry: Mapping[str, Any]) -> int:
+    """A checksum over everything an index entry says, and which array and slab it is for."""
+    body = json.dumps([path, slab, entry.get("slot"), entry.get("crc"), entry.get("sources")], sort_keys=True)
+    return zlib.crc32(body.encode())
+
+
+def _verify(path: str, apool: Any, entries: Mapping[int, Mapping[str, Any]]) -> dict[int, bool]:
+    out = {}
+    for slab, e in entries.items():
+        try:
+            ok = (
+                e.get("check") == _entry_check(path, slab, e)
+                and _crc(path, slab, apool.view(int(e["slot"]))) == e["crc"]
+            )
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        out[slab] = ok
+    return out
+
+
+async def _unchanged_sources(fetcher: Any, entries: Mapping[int, Mapping[str, Any]]) -> list[int]:
+    """The slabs whose every source still holds the bytes they were read from."""
+    import asyncio
+
+    async def current(key: str, byte_range: Any, source: str) -> bool:
+        if source.startswith("crc:"):
+            raw = await fetcher.get(key, tuple(byte_range) if byte_range is not None else None)
+            return raw is not None and f"crc:{zlib.crc32(raw)}" == source
+        version = await fetcher.version(key)
+        return source == ("absent" if version is None else f"v:{version}")
+
+    checks: dict[tuple[str, Any, str], asyncio.Task[bool]] = {}
+    for e in entries.values():
+        for key, byte_range, source in e["sources"]:
+            ident = (key, json.dumps(byte_range), source)
+            if ident not in checks:
+                checks[ident] = asyncio.ensure_future(current(key, byte_range, source))
+    results = dict(zip(checks, await asyncio.gather(*checks.values(), return_exceptions=True), strict=True))
+    fresh = []
+    for slab, e in entries.items():
+        if all(results[(k, json.dumps(r), src)] is True for k, r, src in e["sources"]):
+            fresh.append(slab)
+    return fresh
+
+
+def _crc(path: str, slab: int, arr: np.ndarray) -> int:
+    """crc32 of a slot's bytes, seeded with the array and slab it holds."""
+    seed = zlib.crc32(f"{path}#{slab}".encode())
+    return zlib.crc32(arr.reshape(-1).view(np.uint8).data, seed)

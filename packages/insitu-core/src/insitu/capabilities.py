@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from zarr.abc.store import ByteRequest, Store
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
@@ -155,7 +155,7 @@ def capabilities_of(store: object) -> StoreCapabilities:
         raw_reads=isinstance(store, RawReads),
         multi_range_reads=isinstance(store, MultiRangeReads),
         identity=isinstance(store, IdentifiedStore),
-        object_versions=isinstance(store, (VersionedObjects, LocalStore)),
+        object_versions=_versioned(store) is not None,
         retry_policy=store.insitu_retry_policy if isinstance(store, RetriesItself) else None,
         reports_retries=isinstance(store, ReportsRetries),
     )
@@ -189,11 +189,24 @@ async def object_version(store: Store, key: str) -> str | None:
     answer with the file's size and modification time in nanoseconds (one
     ``stat``). Raises ``TypeError`` for a store that offers neither.
     """
-    if isinstance(store, VersionedObjects):
-        return await store.insitu_object_version(key)
-    if isinstance(store, LocalStore):
-        return local_file_version(os.path.join(str(store.root), key))
+    versioned = _versioned(store)
+    if isinstance(versioned, VersionedObjects):
+        return await versioned.insitu_object_version(key)
+    if isinstance(versioned, LocalStore):
+        return local_file_version(os.path.join(str(versioned.root), key))
     raise TypeError(f"{type(store).__qualname__} reports no object versions")
+
+
+def _versioned(store: object) -> object | None:
+    """The store that answers object versions for ``store``: itself, or the store a plain
+    ``WrapperStore`` holds (wrappers pass bytes through; one that changes them must answer
+    versions itself, as :class:`insitu.faults.FaultInjectingStore` does)."""
+    while True:
+        if isinstance(store, (VersionedObjects, LocalStore)):
+            return store
+        if not isinstance(store, WrapperStore):
+            return None
+        store = store._store
 
 
 def local_file_version(path: str | os.PathLike[str]) -> str | None:

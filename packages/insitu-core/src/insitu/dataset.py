@@ -152,6 +152,7 @@ class InSituDataset:
             chunk_transforms=transforms,
             retry=retry or RetryPolicy(),
             decoders=decoders,
+            track_sources=self.cache_options.persist,
         )
         self.gatherer = Gatherer(self.pool, self.labels, batch_transforms)
         self._closed = False
@@ -162,6 +163,7 @@ class InSituDataset:
                 self._closed = True
                 self.engine.shutdown_threads()
                 self.gatherer.shutdown()
+                self._cache.release()
                 raise
 
     # -- the options users read back --------------------------------------------
@@ -324,6 +326,12 @@ class InSituDataset:
         # for plain stores, the store itself for stores that retry and count).
         store_retries = self.engine.fetcher.store_retries
         out["retries"] = self.engine.fetcher.retries + (store_retries or 0)
+        # Persisted slabs checked when this dataset opened: reused, dropped because their stored
+        # bytes changed since, or dropped as damaged (persist="rebuild").
+        counts = self._cache.counts if self._cache is not None else {}
+        out["cache_verified_slabs"] = counts.get("verified", 0)
+        out["cache_stale_slabs"] = counts.get("stale", 0)
+        out["cache_corrupt_slabs"] = counts.get("corrupt", 0)
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes
@@ -383,7 +391,10 @@ class InSituDataset:
         self.engine.shutdown_threads()
         self.gatherer.shutdown()
         if self._cache is not None:
-            self._cache.save(self.pool)
+            try:
+                self._cache.save(self.pool)
+            finally:
+                self._cache.release()
 
     def _abandon(self) -> None:
         """Release without waiting for or starting any thread (finalisers, the loop thread).
@@ -392,6 +403,8 @@ class InSituDataset:
         adopted it, so the next run starts from an empty, never a wrong, cache."""
         self.engine.abandon()
         self.gatherer.shutdown(wait=False)
+        if self._cache is not None:
+            self._cache.release()
 
     def __enter__(self) -> InSituDataset:
         return self

@@ -28,5 +28,9 @@ class StaleCacheError(InSituError):
     """A persisted chunk cache does not match the store, arrays or transforms."""
 
 
+class CacheInUseError(InSituError):
+    """Another process holds the persisted cache directory for writing."""
+
+
 class DatasetClosedError(InSituError, RuntimeError):
     """The dataset was closed; its views can no longer be iterated."""

@@ -28,7 +28,14 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from insitu.capabilities import MultiRangeReads, RawReads, ReportsRetries, capabilities_of
+from insitu.capabilities import (
+    MultiRangeReads,
+    RawReads,
+    ReportsRetries,
+    capabilities_of,
+    local_file_version,
+    object_version,
+)
 
 T = TypeVar("T")
 
@@ -172,6 +179,13 @@ class ChunkFetcher:
         buf = await self._retrying(lambda: self.store.get(key, self._prototype, byte_range=request))
         return None if buf is None else buf.as_numpy_array()
 
+    async def version(self, key: str) -> str | None:
+        """The stored object's version (see :func:`insitu.capabilities.object_version`), retried
+        like a read; None when the object is missing."""
+        if self._root_str is not None:
+            return local_file_version(self._root_str + key)
+        return await self._retrying(lambda: object_version(self.store, key))
+
     @property
     def reads_many_ranges(self) -> bool:
         """True when the store fetches several byte ranges of one object in one call."""
@@ -199,19 +213,28 @@ class ChunkFetcher:
         suffix: int | None = None,
         *,
         reuse: bool = False,
+        versions: list[str | None] | None = None,
     ) -> Any:
         """Synchronous read of a local chunk file (called from a decode thread).
 
         With ``reuse=True`` the bytes land in a per-thread buffer that the next
         read on this thread overwrites: a fresh allocation per chunk costs page
-        faults comparable to the read itself at one sample per chunk.
+        faults comparable to the read itself at one sample per chunk. With
+        ``versions``, the version of the file that was read (size and mtime of
+        the open descriptor, as :func:`insitu.capabilities.local_file_version`
+        gives them) is appended to it: ``None`` for a missing file.
         """
         assert self._root_str is not None
         try:
             fd = os.open(self._root_str + key, os.O_RDONLY)
         except FileNotFoundError:
+            if versions is not None:
+                versions.append(None)
             return None
         try:
+            if versions is not None:
+                st = os.fstat(fd)
+                versions.append(f"{st.st_size}-{st.st_mtime_ns}")
             if byte_range is not None:
                 start, size = byte_range[0], byte_range[1] - byte_range[0]
             else:

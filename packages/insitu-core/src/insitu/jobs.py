@@ -13,6 +13,7 @@ import itertools
 import math
 import queue
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ class ReadItem:
     """One read of a decode job: the bytes (or None to read locally), the slab of
     each piece, and the slot region each piece is decoded into."""
 
-    __slots__ = ("raw", "read", "targets", "views")
+    __slots__ = ("raw", "read", "source", "targets", "views")
 
     def __init__(
         self, read: Read, targets: Sequence[Any], views: Sequence[np.ndarray], raw: Any = None
@@ -47,6 +48,9 @@ class ReadItem:
         self.targets = targets
         self.views = views
         self.raw = raw
+        # What identifies the stored bytes this read got (tracked for a persisted cache only):
+        # "v:<version>" of the object, "crc:<crc32>" of the bytes themselves, or "absent".
+        self.source: str | None = None
 
 
 @dataclass(eq=False)
@@ -63,6 +67,7 @@ class DecodeJob(Job):
     on_done: Callable[[DecodeJob, Any], None]
     local: ChunkFetcher | None = None  # read the bytes here, in the worker
     fill_on_error: Any = None  # value written over a piece that fails, or None to leave it
+    track_sources: bool = False  # set each item's ``source`` (a persisted cache checks it on reuse)
 
     def run(self) -> list[tuple[int, list[BaseException | None], bool]]:
         return [self._run_item(item) for item in self.items]
@@ -71,10 +76,15 @@ class DecodeJob(Job):
         raw = item.raw
         read = item.read
         if self.local is not None:
+            versions: list[str | None] | None = [] if self.track_sources else None
             try:
-                raw = self.local.read_file(read.key, read.byte_range, reuse=True)
+                raw = self.local.read_file(read.key, read.byte_range, reuse=True, versions=versions)
             except OSError as exc:
                 return 0, [self._fill(item, i, exc) for i in range(len(item.views))], False
+            if versions:
+                item.source = "absent" if versions[0] is None else f"v:{versions[0]}"
+        elif self.track_sources and item.source is None:
+            item.source = "absent" if raw is None else f"crc:{zlib.crc32(raw)}"
         if raw is None:  # absent object: every piece is the fill value
             for piece, view in zip(read.pieces, item.views, strict=True):
                 self.reader.fill(piece.coords, self.reader.geom.fill_value, view)

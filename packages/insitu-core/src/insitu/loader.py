@@ -72,8 +72,10 @@ class Engine:
         chunk_transforms: Mapping[str, Sequence[ChunkTransform]],
         retry: RetryPolicy,
         decoders: Sequence[str] | None = None,
+        track_sources: bool = False,
     ) -> None:
         self.store = store
+        self.track_sources = track_sources
         self.pool = pool
         self.loop = loop
         self.fetcher = ChunkFetcher(store, retry)
@@ -161,6 +163,9 @@ class ArrayLoader:
         return entry.scratch if entry.scratch is not None else self.apool.view(entry.slot)
 
     def load(self, entries: Sequence[Slab], priority: int) -> None:
+        if self.engine.track_sources:
+            for e in entries:
+                e.sources = []
         if self.uses_scratch:
             for e in entries:
                 e.scratch = np.empty(self.geom.slab_shape, self.geom.dtype)
@@ -205,12 +210,18 @@ class ArrayLoader:
             on_done=self._job_done,
             local=self.fetcher if local else None,
             fill_on_error=self._error_fill(),
+            track_sources=self.engine.track_sources,
         )
 
     async def _fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
         read = item.read
         try:
             async with self.engine.inflight:
+                if self.engine.track_sources and self.fetcher.capabilities.object_versions:
+                    # Asked before the GET: a rewrite in between makes the cached slab look
+                    # stale next time (a re-read), never a changed object look unchanged.
+                    version = await self.fetcher.version(read.key)
+                    item.source = "absent" if version is None else f"v:{version}"
                 self.stats.reads += 1
                 item.raw = await self.fetcher.get(read.key, read.byte_range)
         except Exception as exc:
@@ -314,6 +325,11 @@ class ArrayLoader:
         stats = self.stats
         for item, (nbytes, errors, missing) in zip(job.items, results, strict=True):
             stats.bytes_read += nbytes
+            if item.source is not None:
+                read = item.read
+                for entry in item.targets:
+                    if entry.sources is not None:
+                        entry.sources.append((read.key, read.byte_range, item.source))
             if missing:
                 stats.missing_chunks += len(item.targets)
             for piece, entry, err in zip(item.read.pieces, item.targets, errors, strict=True):

@@ -73,6 +73,7 @@ class Slab:
         "scratch",
         "slab",
         "slot",
+        "sources",
         "state",
         "waiters",
     )
@@ -89,6 +90,9 @@ class Slab:
         # Where chunks decode while loading, when chunk transforms change shape or dtype (the slot
         # holds the transformed output); None: they decode straight into the slot.
         self.scratch: np.ndarray | None = None
+        # (key, byte range, source) of every read that filled this slab, when a persisted cache
+        # tracks them: how it tells on reuse whether the stored bytes changed since.
+        self.sources: list[tuple[str, tuple[int, int] | None, str]] | None = None
         self.waiters: list[BlockWaiter] = []
 
     def finish(self, error: BaseException | None) -> None:
