@@ -85,3 +85,23 @@ def test_wrong_size_chunk_is_skipped_and_counted(tmp_path: Path, codec: str, dam
     np.testing.assert_array_equal(np.sort(seen), [i for i in range(N) if i // CHUNK != BAD_CHUNK])
     for b in batches:
         np.testing.assert_array_equal(b["x"], data[b.sample_indices])
+
+
+def test_bad_chunks_are_counted_by_kind(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path, "zstd", "half")
+    (tmp_path / "x" / "c" / "1" / "0" / "0").write_bytes(b"garbage that is no zstd frame")
+    with _dataset(store, "skip") as ds:
+        list(ds.train)
+        stats = ds.stats
+    assert stats["bad_chunks"] == 2
+    assert stats["bad_chunks_size"] == 1  # chunk 3: a valid frame of half the size
+    assert stats["bad_chunks_decode"] == 1  # chunk 1: not a frame at all
+    assert stats["bad_chunks_read"] == 0
+
+
+def test_nan_policy_is_refused_for_integer_arrays(tmp_path: Path) -> None:
+    write_array(tmp_path, "counts", np.arange(40, dtype="i2").reshape(10, 4), (2, 4))
+    store = LocalStore(tmp_path, read_only=True)
+    g = insitu.open_geometries(store)
+    with pytest.raises(insitu.ConfigError, match=r"integer array\(s\) \{'counts': 'int16'\}.*'skip'"):
+        insitu.InSituDataset(store, insitu.split_by_chunk(g["counts"], (1.0,)), on_bad_chunk="nan")

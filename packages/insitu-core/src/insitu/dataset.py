@@ -119,6 +119,13 @@ class InSituDataset:
         self._check_splits()
 
         arrays = {g.path: g.shift(-g.offset) for g in self.labels}
+        if self.on_bad_chunk is BadChunkPolicy.NAN:
+            ints = {g.name: str(g.dtype) for g in arrays.values() if g.dtype.kind not in "fc"}
+            if ints:
+                raise ConfigError(
+                    f"on_bad_chunk='nan' cannot mark bad chunks of integer array(s) {ints}: their samples "
+                    "would hold the fill value, which looks like data; use on_bad_chunk='skip' (or 'raise')"
+                )
         transforms = _chunk_transforms(chunk_transforms, arrays.values())
         specs = {path: output_spec(g, transforms.get(g.name, ())) for path, g in arrays.items()}
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
@@ -326,6 +333,7 @@ class InSituDataset:
         # for plain stores, the store itself for stores that retry and count).
         store_retries = self.engine.fetcher.store_retries
         out["retries"] = self.engine.fetcher.retries + (store_retries or 0)
+        out["timeouts"] = self.engine.fetcher.timeouts
         # Persisted slabs checked when this dataset opened: reused, dropped because their stored
         # bytes changed since, or dropped as damaged (persist="rebuild").
         counts = self._cache.counts if self._cache is not None else {}

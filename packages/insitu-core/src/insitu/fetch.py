@@ -142,6 +142,7 @@ class ChunkFetcher:
         self.store = store
         self.retry = retry
         self.retries = 0
+        self.timeouts = 0  # requests that ran past the policy's timeout_s (retried or not)
         # Asked once here: a protocol check per GET would cost microseconds per chunk.
         self.capabilities = capabilities_of(store)
         self._raw_get = cast(RawReads, store).insitu_get if self.capabilities.raw_reads else None
@@ -199,12 +200,18 @@ class ChunkFetcher:
         return None if parts is None else [memoryview(p) for p in parts]
 
     async def _retrying(self, request: Callable[[], Awaitable[T]]) -> T:
-        if self.capabilities.retries_itself:
-            return await request()  # the store owns retries and timeouts: one call, errors pass through
-        return await call_with_retries(request, self.retry, on_retry=self._count_retry)
+        try:
+            if self.capabilities.retries_itself:
+                return await request()  # the store owns retries and timeouts: one call, errors pass through
+            return await call_with_retries(request, self.retry, on_retry=self._count_retry)
+        except TimeoutError:
+            self.timeouts += 1  # the last attempt timed out too
+            raise
 
     def _count_retry(self, error: BaseException) -> None:
         self.retries += 1
+        if isinstance(error, TimeoutError):
+            self.timeouts += 1
 
     def read_file(
         self,

@@ -25,7 +25,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from insitu.codecs import UnsupportedCodec
+from insitu.codecs import ChunkSizeError, UnsupportedCodec
 from insitu.errors import BadChunkError, ConfigError
 from insitu.fetch import ChunkFetcher, RetryPolicy
 from insitu.geometry import ArrayGeometry
@@ -46,7 +46,10 @@ class EngineStats:
     slabs_loaded: int = 0
     slab_hits: int = 0  # slab uses served by the pool without a load
     missing_chunks: int = 0  # absent from the store: fill value
-    bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip")
+    bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
+    bad_chunks_read: int = 0  # ... the store failed (after retries), refused or timed out
+    bad_chunks_size: int = 0  # ... the bytes decode (or are stored) at another size than the chunk's
+    bad_chunks_decode: int = 0  # ... the codecs rejected the bytes
     batches: int = 0
     samples: int = 0
     skipped_samples: int = 0
@@ -304,7 +307,7 @@ class ArrayLoader:
             async with self.engine.inflight:
                 data = await self._zarr_array.getitem(region)
         except Exception as exc:
-            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)))
+            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), "read")
             return
         view = self.target(entry)
 
@@ -313,9 +316,8 @@ class ArrayLoader:
 
         def done(res: Any) -> None:
             err = _error_or_none(res)
-            self._piece_done(
-                entry, None if err is None else BadChunkError(self.path, f"samples {lo}:{hi}", repr(err))
-            )
+            bad = None if err is None else BadChunkError(self.path, f"samples {lo}:{hi}", repr(err))
+            self._piece_done(entry, bad, _bad_kind(err))
 
         self.stats.chunks_decoded += 1
         self.engine.pump.submit(CallJob(place, done))
@@ -338,22 +340,25 @@ class ArrayLoader:
                         stats.chunks_decoded += 1
                     self._piece_done(entry, None)
                 else:
-                    self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(err)))
+                    bad = BadChunkError(self.path, _piece_key(item.read, piece), repr(err))
+                    self._piece_done(entry, bad, _bad_kind(err))
 
     def _fail_pieces(self, item: ReadItem, exc: BaseException) -> None:
         fill = self._error_fill()
         for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
             if fill is not None and self.reader is not None:
                 self.reader.fill(piece.coords, fill, view)
-            self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)))
+            self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)), "read")
 
-    def _piece_done(self, entry: Slab, error: BadChunkError | None) -> None:
+    def _piece_done(self, entry: Slab, error: BadChunkError | None, kind: str = "") -> None:
         if error is not None:
             if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
                 if entry.error is None:
                     entry.error = error
             else:
                 self.stats.bad_chunks += 1
+                counter = f"bad_chunks_{kind or 'decode'}"
+                setattr(self.stats, counter, getattr(self.stats, counter) + 1)
                 entry.bad = True
         entry.pending -= 1
         if entry.pending == 0:
@@ -423,6 +428,15 @@ def _unknown_decoder(name: str, registered: Mapping[str, Any]) -> Any:
 
 def _piece_key(read: Read, piece: Piece) -> str:
     return read.key if read.byte_range is None else f"{read.key} (inner chunk {piece.coords})"
+
+
+def _bad_kind(error: BaseException | None) -> str:
+    """Which ``bad_chunks_*`` counter an exception from reading or decoding a chunk belongs to."""
+    if isinstance(error, ChunkSizeError):
+        return "size"
+    if isinstance(error, (OSError, TimeoutError, ConnectionError)):
+        return "read"  # a local file that could not be read (remote reads fail in _fail_pieces)
+    return "decode"
 
 
 def _error_or_none(result: Any) -> BaseException | None:
