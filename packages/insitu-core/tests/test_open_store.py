@@ -15,7 +15,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore
 
 from insitu.plugins import PluginNotFoundError
-from insitu.stores import UnknownSchemeError, open_store
+from insitu.stores import UnknownSchemeError, open_store, redact_text, redact_url, url_secrets
 from insitu.testing import temporary_plugin
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
@@ -186,3 +186,87 @@ def test_plugin_builder_receives_url_mode_and_options(tmp_path: Path) -> None:
         ]
         with pytest.raises(TypeError, match="not a zarr Store"):
             open_store("broken://x")
+
+
+# -- credentials in URLs -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://reader:PW@host/x.zarr", "https://reader:***@host/x.zarr"),
+        ("https://ghp_token123@host/x.zarr", "https://***@host/x.zarr"),  # a lone user part is a token
+        ("https://u:p@ss@host/x.zarr", "https://u:***@host/x.zarr"),  # an unencoded "@" in a password
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AK%2F1"
+            "&X-Amz-Date=20250101T000000Z&X-Amz-Signature=abcdef",
+            "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=***"
+            "&X-Amz-Date=20250101T000000Z&X-Amz-Signature=***",
+        ),
+        (
+            "https://acct.blob.core.windows.net/c?sv=2022&sig=S%2Bg%3D",
+            "https://acct.blob.core.windows.net/c?sv=2022&sig=***",
+        ),
+        ("https://host/x#access_token=abcd", "https://host/x#access_token=***"),
+        ("s3://bucket/x.zarr?versionId=3", "s3://bucket/x.zarr?versionId=3"),  # not a credential
+        ("/data/x.zarr", "/data/x.zarr"),
+    ],
+)
+def test_redact_url_hides_each_kind_of_credential(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert redact_url(url) == redact_url(url), "stable: it can name a location"
+
+
+def test_url_secrets_lists_what_a_backend_may_show_apart_from_the_url() -> None:
+    secrets = url_secrets("https://reader:pass%2Fword@host/x?sig=S%2Bg%3D1234&sv=2022")
+    assert set(secrets) == {"pass%2Fword", "pass/word", "S%2Bg%3D1234", "S+g=1234"}
+    text = "GET https://reader:pass%2Fword@host/x failed: BasicAuth(login='reader', password='pass/word')"
+    assert redact_text(text, secrets) == (
+        "GET https://reader:***@host/x failed: BasicAuth(login='reader', password='***')"
+    )
+
+
+def test_a_malformed_url_hides_its_credentials() -> None:
+    with pytest.raises(ValueError, match="malformed store URL") as info:
+        open_store("://reader:PWsecret@host/x.zarr")
+    assert "PWsecret" not in str(info.value)
+    assert "'://reader:***@host/x.zarr'" in str(info.value)
+
+
+LEAKY_PLUGIN = """
+import errno
+from insitu.hookspecs import hookimpl
+
+def quotes_the_url(url, **options):
+    try:
+        raise OSError(f"connect failed for {url}")
+    except OSError as exc:
+        raise ValueError(f"cannot open {url}") from exc
+
+def missing(url, **options):
+    raise FileNotFoundError(errno.ENOENT, "nothing at", url)
+
+@hookimpl
+def insitu_register_stores(register):
+    register("leaky", quotes_the_url, schemes=("leaky",))
+    register("missing", missing, schemes=("missing",))
+"""
+
+
+def test_a_builder_error_that_quotes_the_url_hides_its_credentials(tmp_path: Path) -> None:
+    """A third party's builder may put the URL in its messages; open_store hides the credentials."""
+    import traceback
+
+    # The URLs live in variables: a traceback quotes the source line of each frame.
+    leaky = "leaky://reader:PWsecret@host/x?token=TOKsecret"
+    missing_url = "missing://reader:PWsecret@host/x"
+    with temporary_plugin(tmp_path, "leaky", LEAKY_PLUGIN):
+        with pytest.raises(
+            ValueError, match=r"cannot open leaky://reader:\*\*\*@host/x\?token=\*\*\*"
+        ) as info:
+            open_store(leaky)
+        shown = "".join(traceback.format_exception(info.value))
+        assert "PWsecret" not in shown
+        assert "TOKsecret" not in shown
+        with pytest.raises(FileNotFoundError) as missing:
+            open_store(missing_url)
+        assert missing.value.filename == "missing://reader:***@host/x"
+        assert "PWsecret" not in str(missing.value)

@@ -4,6 +4,12 @@ Plain paths and ``file://`` URLs open as ``zarr.storage.LocalStore``;
 ``memory://name`` opens a process-wide named ``zarr.storage.MemoryStore``.
 Every other scheme is served by a store plugin (see ``insitu.plugins``), and
 both built-ins are registered through the same plugin path as third parties.
+
+A URL may carry credentials (``https://user:password@host/x.zarr``, a
+presigned ``?X-Amz-Signature=...``, an Azure ``?sig=...``). :func:`redact_url`
+and :func:`redact_urls` replace them with ``***`` wherever a URL is shown, and
+:func:`open_store` applies them to every message it raises, a plugin
+builder's included.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import re
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_plus
 
 from zarr.abc.buffer import Buffer
 from zarr.abc.store import Store
@@ -49,6 +55,24 @@ SCHEME_PACKAGES: dict[str, str] = {
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
+#: What stands in for a credential in a shown URL.
+REDACTED = "***"
+# The user-info part ("user:password@") of a URL: up to the last "@" before the path, query or
+# fragment, so an unencoded "@" in a password is covered too.
+# Any scheme, even a malformed one: the URL in a "malformed store URL" message is hidden too.
+_USERINFO = re.compile(r"^([^:/?#]*://)([^/?#]*)@")
+# name=value pairs of a query (or of a fragment: OAuth puts access_token there).
+_PARAM = re.compile(r"([?&;#])([^=&;#]+)=([^&;#]*)")
+# Parameter names that carry a credential: presigned S3 and GCS URLs (X-Amz-Signature,
+# X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature), Azure SAS (sig), API tokens and
+# keys. Matching part of a name errs towards hiding a harmless value, never towards showing one.
+_SECRET_PARAM = re.compile(r"sig|token|secret|passw|credential|key|auth", re.IGNORECASE)
+# A URL inside free text (an error message): it ends at whitespace or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
+# Below this length a credential is only hidden where it sits inside a URL: replacing a very
+# short string everywhere in a message would garble the message without protecting anything.
+_MIN_SECRET_LEN = 4
+
 
 class UnknownSchemeError(PluginNotFoundError, ValueError):
     """No installed plugin serves a URL's scheme; the message says what to install."""
@@ -63,7 +87,7 @@ def split_url(url: str) -> tuple[str, str]:
     match = _SCHEME.match(url)
     if match is None:
         if not url or "://" in url:
-            raise ValueError(f"malformed store URL {url!r}: expected a path or scheme://location")
+            raise ValueError(f"malformed store URL {redact_url(url)!r}: expected a path or scheme://location")
         return "", url
     rest = url[match.end() :]
     if not rest:
@@ -113,9 +137,16 @@ def open_store(
             hint = f"; install one with: pip install '{package}'" if package else _cloud_hint()
             known = [s for s in exc.known if s]  # "" is plain paths, not a scheme to type
             raise UnknownSchemeError("URL schemes", scheme, known, hint) from None
-    store = builder(url, read_only=mode == "r", **options)
+    try:
+        store = builder(url, read_only=mode == "r", **options)
+    except Exception as exc:
+        # A builder (a third party's too) may quote the URL it was given; never its credentials.
+        hide_url_credentials(exc, url)
+        raise
     if not isinstance(store, Store):
-        raise TypeError(f"store builder for {url!r} returned {type(store).__name__}, not a zarr Store")
+        raise TypeError(
+            f"store builder for {redact_url(url)!r} returned {type(store).__name__}, not a zarr Store"
+        )
     return store
 
 
@@ -131,7 +162,7 @@ def local_store(url: str, *, read_only: bool = True) -> LocalStore:
     """Store builder for plain paths and ``file://`` URLs (``file://rel/dir`` is relative)."""
     scheme, rest = split_url(url)
     if scheme not in ("", "file"):
-        raise ValueError(f"not a local path or file:// URL: {url!r}")
+        raise ValueError(f"not a local path or file:// URL: {redact_url(url)!r}")
     if scheme == "file":
         if rest.startswith("localhost/"):
             rest = rest[len("localhost") :]
@@ -154,22 +185,125 @@ def memory_store(url: str, *, read_only: bool = True) -> MemoryStore:
     """Store builder for ``memory://name``: one shared ``MemoryStore`` content per name."""
     scheme, name = split_url(url)
     if scheme != "memory":
-        raise ValueError(f"not a memory:// URL: {url!r}")
+        raise ValueError(f"not a memory:// URL: {redact_url(url)!r}")
     with _memory_lock:
         if name not in _memory:
             if read_only:
-                raise FileNotFoundError(errno.ENOENT, "no in-memory store with this name", url)
+                raise FileNotFoundError(errno.ENOENT, "no in-memory store with this name", redact_url(url))
             _memory[name] = {}
         content = _memory[name]
     return MemoryStore(content, read_only=read_only)
 
 
+# -- credentials in URLs ---------------------------------------------------------------------------
+def redact_url(url: str) -> str:
+    """``url`` with its credentials replaced by ``***``; the rest stays as written.
+
+    Hidden: the password of ``user:password@`` (or the whole user part when
+    there is no password: a lone user name is often a token, as in
+    ``https://TOKEN@host``) and the value of every query or fragment
+    parameter whose name says it is a credential (``X-Amz-Signature``,
+    ``X-Amz-Credential``, ``sig``, ``token``, ``key``...). Stable: the same URL
+    always gives the same text, so it can name a location in a cache identity.
+    """
+    match = _USERINFO.match(url)
+    if match is not None:
+        user, has_password, _ = match.group(2).partition(":")
+        shown = f"{user}:{REDACTED}" if has_password else REDACTED
+        url = f"{match.group(1)}{shown}@{url[match.end() :]}"
+    start = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if start < 0:
+        return url
+    return url[:start] + _PARAM.sub(_redact_param, url[start:])
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (an error message, a repr) with every URL in it passed through :func:`redact_url`."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials ``url`` carries, as written and percent-decoded, longest first.
+
+    For hiding them where a backend shows one outside the URL (an HTTP
+    client's ``BasicAuth(login=..., password=...)``). Values shorter than four
+    characters are left out: :func:`redact_urls` still hides them inside URLs.
+    """
+    found: set[str] = set()
+    match = _USERINFO.match(url)
+    if match is not None:
+        user, has_password, password = match.group(2).partition(":")
+        found.add(password if has_password else user)
+    start = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if start >= 0:
+        found.update(m.group(3) for m in _PARAM.finditer(url[start:]) if _SECRET_PARAM.search(m.group(2)))
+    found |= {unquote_plus(s) for s in found}
+    return tuple(sorted((s for s in found if len(s) >= _MIN_SECRET_LEN), key=len, reverse=True))
+
+
+def redact_text(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with URL credentials hidden (:func:`redact_urls`) and each of ``secrets`` replaced."""
+    text = redact_urls(text)
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def hide_url_credentials(exc: BaseException, url: str) -> None:
+    """Rewrite ``exc`` in place so that neither its message nor its chain shows ``url``'s credentials.
+
+    The exception keeps its type (callers catch ``FileNotFoundError``,
+    ``PermissionError``...); its string arguments (and an ``OSError``'s file
+    names) are redacted, and causes that quote a credential are cut off.
+    """
+    secrets = url_secrets(url)
+
+    def clean(text: str) -> str:
+        return redact_text(text, secrets)
+
+    exc.args = tuple(clean(a) if isinstance(a, str) else a for a in exc.args)
+    if isinstance(exc, OSError):
+        for name in ("filename", "filename2"):
+            value = getattr(exc, name)
+            if isinstance(value, str):
+                setattr(exc, name, clean(value))
+    if any(_shows_secret(e, clean) for e in _chain(exc)):
+        exc.__cause__ = None
+        exc.__context__ = None
+        exc.__suppress_context__ = True
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    sep, name, _ = match.groups()
+    return match.group(0) if not _SECRET_PARAM.search(name) else f"{sep}{name}={REDACTED}"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc.__cause__ or exc.__context__
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _shows_secret(exc: BaseException, clean: Any) -> bool:
+    text = f"{exc!s} {exc!r}"
+    return clean(text) != text
+
+
 __all__ = [
     "MODES",
+    "REDACTED",
     "SCHEME_PACKAGES",
     "UnknownSchemeError",
+    "hide_url_credentials",
     "local_store",
     "memory_store",
     "open_store",
+    "redact_text",
+    "redact_url",
+    "redact_urls",
     "split_url",
+    "url_secrets",
 ]
