@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from insitu.fetch import RetryPolicy
+from insitu.stores import redact_url
 from insitu_stores.errors import Redactor, StoreError, StorePermissionError, StoreTimeoutError, first_line
 from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES
@@ -58,11 +59,12 @@ def arraylake_store(
     repository name.
     """
     name, query_refs = _repo_name(repo)
-    redact = Redactor([token] if token else [])
+    redact = Redactor.from_options({"token": token}, urls=(repo, service_uri))
+    shown = redact_url(repo)
     refs: dict[str, str | None] = {"branch": branch, "tag": tag, "snapshot": snapshot}
     for key, value in query_refs.items():
         if refs.get(key) not in (None, value):
-            raise ValueError(f"{key}={refs[key]!r} conflicts with ?{key}={value} in {repo!r}")
+            raise ValueError(f"{key}={refs[key]!r} conflicts with ?{key}={value} in {shown!r}")
         refs[key] = value
     if client is None:
         client = _default_client(token, service_uri)
@@ -93,12 +95,14 @@ def _repo_name(repo: str) -> tuple[str, dict[str, str]]:
         name, query = name.split("?", 1)
         parsed = parse_qs(query)
         if set(parsed) - {"branch", "tag", "snapshot"} or any(len(v) != 1 for v in parsed.values()):
-            raise ValueError(f"malformed Arraylake URL {repo!r}: the query may set branch, tag or snapshot")
+            raise ValueError(
+                f"malformed Arraylake URL {redact_url(repo)!r}: the query may set branch, tag or snapshot"
+            )
         refs = {k: v[0] for k, v in parsed.items()}
     name = name.strip("/")
     if not _REPO_NAME.match(name):
         raise ValueError(
-            f"malformed Arraylake repository {repo!r}: expected 'org/repo' or arraylake://org/repo"
+            f"malformed Arraylake repository {redact_url(repo)!r}: expected 'org/repo' or arraylake://org/repo"
         )
     return name, refs
 
@@ -135,7 +139,7 @@ def _call_with_deadline(call: Any, name: str, timeout_s: float, redact: Redactor
     if not done.wait(timeout_s):
         raise StoreTimeoutError(
             f"Arraylake did not answer within {timeout_s} s opening {name!r}; check the network "
-            f"and service URI ({os.environ.get('ARRAYLAKE_SERVICE_URI', 'default service')})",
+            f"and service URI ({redact_url(os.environ.get('ARRAYLAKE_SERVICE_URI', 'default service'))})",
             url=f"arraylake://{name}",
         )
     if "error" in box:

@@ -22,13 +22,17 @@ one model:
   reports with its one generic exception type after its own retries.
 
 Messages name the URL (and key) and never contain credentials: each store
-knows its secret option values and scrubs them from any text it raises.
+knows its secret option values and the credentials in its URLs
+(``user:password@``, a presigned ``?X-Amz-Signature=``), and scrubs them from
+any text it raises.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from insitu.stores import redact_text, url_secrets
 
 #: Option names whose values are secrets, for every backend this package drives.
 SECRET_OPTIONS = frozenset(
@@ -49,10 +53,9 @@ SECRET_OPTIONS = frozenset(
         "aws_access_key_id",
         "aws_secret_access_key",
         "aws_session_token",
+        "authorization",  # an HTTP header in client_options["default_headers"]
     }
 )
-
-REDACTED = "***"
 
 # Icechunk's report decorations ("  x msg", "  |", "  `-> cause") in front of a message line.
 _DECORATION = re.compile(r"^[\s|`>-]*(?:x\s+)?")
@@ -95,7 +98,7 @@ class StoreNotFoundError(StoreError):
 
 
 class Redactor:
-    """Removes known secret values from text (error messages, reprs)."""
+    """Removes known secret values, and the credentials of any URL, from text (error messages, reprs)."""
 
     def __init__(self, secrets: Iterable[object] = ()) -> None:
         # Longest first, so a secret that contains another is removed whole.
@@ -103,14 +106,17 @@ class Redactor:
         self.secrets = tuple(sorted(found, key=len, reverse=True))
 
     @classmethod
-    def from_options(cls, options: dict[str, object]) -> Redactor:
-        """Collect the values of secret-named options, nested dicts included."""
-        return cls(_secret_values(options))
+    def from_options(cls, options: dict[str, object], urls: Iterable[str | None] = ()) -> Redactor:
+        """Collect the values of secret-named options (nested dicts included) and the credentials
+        that ``urls`` carry (the store's URL, an endpoint), which a backend may quote on their own."""
+        secrets = _secret_values(options)
+        for url in urls:
+            if url:
+                secrets.extend(url_secrets(url))
+        return cls(secrets)
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        return text
+        return redact_text(text, self.secrets)
 
 
 def _secret_values(options: object) -> list[object]:

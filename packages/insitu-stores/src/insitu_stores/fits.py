@@ -96,11 +96,13 @@ def fits_group(
         for loc, (images, _) in zip(locations, per_file, strict=True):
             other = images.get(name)
             if other is None:
-                raise ValueError(f"{loc.url} has no image HDU {name!r}, which {locations[0].url} has")
+                raise ValueError(
+                    f"{loc.safe_url} has no image HDU {name!r}, which {locations[0].safe_url} has"
+                )
             if other.layout() != hdu.layout():
                 raise ValueError(
-                    f"cannot stack HDU {name!r}: {loc.url} has shape {other.shape}, type {other.stored}, "
-                    f"BSCALE {other.bscale}, BZERO {other.bzero}; {locations[0].url} has {hdu.shape}, "
+                    f"cannot stack HDU {name!r}: {loc.safe_url} has shape {other.shape}, type {other.stored}, "
+                    f"BSCALE {other.bscale}, BZERO {other.bzero}; {locations[0].safe_url} has {hdu.shape}, "
                     f"{hdu.stored}, {hdu.bscale}, {hdu.bzero}"
                 )
             members.append((loc.url, other))
@@ -120,12 +122,12 @@ def _fits_images(
     try:
         hdulist = fits.open(reader, do_not_scale_image_data=True, lazy_load_hdus=False)
     except FileNotFoundError:
-        raise FileNotFoundError(f"no such file: {loc.url}") from None
+        raise FileNotFoundError(f"no such file: {loc.safe_url}") from None
     except OSError as exc:
-        raise ValueError(f"{loc.url} is not a readable FITS file: {redact(str(exc))}") from None
+        raise ValueError(f"{loc.safe_url} is not a readable FITS file: {redact(str(exc))}") from None
     with hdulist:
         names = _hdu_names(hdulist)
-        picked = _pick_hdus(loc.url, hdulist, names, wanted)
+        picked = _pick_hdus(loc.safe_url, hdulist, names, wanted)
         images: dict[str, _Hdu] = {}
         group_attrs: dict[str, Any] = {}
         first = hdulist[0]
@@ -138,7 +140,7 @@ def _fits_images(
             naxis = int(header["NAXIS"])
             bitpix = int(header["BITPIX"])
             if bitpix not in _BITPIX:
-                raise ValueError(f"HDU {names[index]!r} of {loc.url} has an invalid BITPIX {bitpix}")
+                raise ValueError(f"HDU {names[index]!r} of {loc.safe_url} has an invalid BITPIX {bitpix}")
             images[names[index]] = _Hdu(
                 name=names[index],
                 index=index,

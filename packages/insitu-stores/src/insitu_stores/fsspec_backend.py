@@ -35,6 +35,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.storage import FsspecStore
 
 from insitu.fetch import RetryPolicy
+from insitu.stores import redact_url
 from insitu_stores.errors import (
     Redactor,
     StoreError,
@@ -121,15 +122,17 @@ def fsspec_store(
     loc = parse_location(url)
     retry = retry or DEFAULT_RETRY
     options = _map_options(loc, anonymous, endpoint, region, requester_pays, retry, storage_options)
-    redact = Redactor.from_options(options)
+    redact = Redactor.from_options(options, urls=(url, endpoint))
     try:
         template = FsspecStore.from_url(url, storage_options=options, read_only=read_only)
     except ImportError as exc:
         package = {"s3": "s3", "gs": "gcs", "az": "azure", "http": "http", "https": "http"}.get(loc.service)
         hint = f": pip install 'insitu-stores[{package}]'" if package else ""
-        raise ImportError(f"fsspec cannot open {url!r}: {redact(first_line(str(exc)))}{hint}") from None
+        raise ImportError(
+            f"fsspec cannot open {loc.safe_url!r}: {redact(first_line(str(exc)))}{hint}"
+        ) from None
     except (ValueError, TypeError) as exc:
-        raise type(exc)(f"cannot open {url!r} with fsspec: {redact(first_line(str(exc)))}") from None
+        raise type(exc)(f"cannot open {loc.safe_url!r} with fsspec: {redact(first_line(str(exc)))}") from None
     if loc.service == "file" and read_only and not os.path.isdir(loc.prefix or "/"):
         raise FileNotFoundError(errno.ENOENT, "no Zarr store at this path", loc.prefix)
     return FsspecLoopStore(template, url=url, options=options, endpoint=endpoint, retry=retry, redact=redact)
@@ -153,7 +156,7 @@ def _map_options(
         ("requester_pays", requester_pays, service in ("s3", "gs")),
     ):
         if value and not applies:
-            raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.url!r})")
+            raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.safe_url!r})")
     if service == "s3":
         for ours, theirs in (
             ("access_key_id", "key"),
@@ -224,8 +227,8 @@ class FsspecLoopStore(FsspecStore):
             read_only=template.read_only,
             allowed_exceptions=template.allowed_exceptions,
         )
-        self.url = url
-        self.location = parse_location(url)
+        self._source_url = url  # as given, credentials included: what each filesystem is built from
+        self.url = self.location.safe_url
         self.endpoint = endpoint
         self.retry = retry
         self._retries = 0
@@ -266,7 +269,9 @@ class FsspecLoopStore(FsspecStore):
     def _new_fs(self, loop: asyncio.AbstractEventLoop) -> Any:
         from fsspec import url_to_fs
 
-        fs, _ = url_to_fs(self.url, asynchronous=True, loop=loop, skip_instance_cache=True, **self._options)
+        fs, _ = url_to_fs(
+            self._source_url, asynchronous=True, loop=loop, skip_instance_cache=True, **self._options
+        )
         return self._single_attempt(fs)
 
     @staticmethod
@@ -288,10 +293,12 @@ class FsspecLoopStore(FsspecStore):
         return self._retries
 
     def insitu_identity(self) -> str:
-        return f"fsspec:{self.url}@{self.endpoint or 'default'}"
+        """The location without its credentials (see :meth:`ObstoreStore.insitu_identity`)."""
+        endpoint = redact_url(self.endpoint) if self.endpoint else "default"
+        return f"fsspec:{self.url}@{endpoint}"
 
     def __str__(self) -> str:
-        return self.url if not self.endpoint else f"{self.url} (endpoint {self.endpoint})"
+        return self.url if not self.endpoint else f"{self.url} (endpoint {redact_url(self.endpoint)})"
 
     def __repr__(self) -> str:
         return f"FsspecLoopStore({str(self)!r}, read_only={self.read_only})"
@@ -305,7 +312,7 @@ class FsspecLoopStore(FsspecStore):
         )
         return FsspecLoopStore(
             clone,
-            url=self.url,
+            url=self._source_url,
             options=self._options,
             endpoint=self.endpoint,
             retry=self.retry,
@@ -364,10 +371,10 @@ class FsspecLoopStore(FsspecStore):
             str(exc)
         )
         if self.location.bucket and missing:
-            where = f" at {self.endpoint}" if self.endpoint else ""
+            where = f" at {redact_url(self.endpoint)}" if self.endpoint else ""
             raise StoreNotFoundError(
                 f"bucket {self.location.bucket!r} does not exist{where} (opening {self.url})", url=self.url
-            )
+            ) from None  # the backend's message may quote the request URL
 
     async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
         await self._client_ready()
@@ -394,7 +401,7 @@ class FsspecLoopStore(FsspecStore):
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = self.location.join(key) if key else self.url
         if self.endpoint:
-            where += f" (endpoint {self.endpoint})"
+            where += f" (endpoint {redact_url(self.endpoint)})"
         return translate_fsspec_error(exc, where, url=self.url, key=key, redact=self._redact)
 
     # -- listings ------------------------------------------------------------

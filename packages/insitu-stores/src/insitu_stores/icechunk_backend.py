@@ -27,6 +27,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
 from insitu.fetch import RetryPolicy
+from insitu.stores import redact_url
 from insitu_stores.errors import (
     Redactor,
     StoreError,
@@ -109,12 +110,14 @@ def icechunk_store(
         {
             **storage_options,
             "virtual_chunks": {p: v for p, v in (virtual_chunks or {}).items() if isinstance(v, dict)},
-        }
+        },
+        urls=(url_or_repo if isinstance(url_or_repo, str) else None, endpoint),
     )
     if isinstance(url_or_repo, str):
         url, query_refs = _split_refs(url_or_repo)
     else:
         url, query_refs = f"<{type(url_or_repo).__name__}>", {}
+    shown = redact_url(url)  # what messages, the repr and the identity name
     refs = _one_ref(url_or_repo, query_refs, branch=branch, tag=tag, snapshot=snapshot)
     config = _retry_config(icechunk, retry)
     credentials = _authorisations(icechunk, virtual_chunks, redact)
@@ -133,15 +136,15 @@ def icechunk_store(
                 storage, config=config, authorize_virtual_chunk_access=credentials
             )
         except Exception as exc:
-            raise _open_error(exc, url, redact) from None
+            raise _open_error(exc, shown, redact) from None
     try:
         session = repo.readonly_session(
             branch=refs.get("branch"), tag=refs.get("tag"), snapshot_id=refs.get("snapshot")
         )
     except Exception as exc:
-        raise _ref_error(exc, repo, url, refs, redact) from None
+        raise _ref_error(exc, repo, shown, refs, redact) from None
     return IcechunkReadStore(
-        session.store, url=url, snapshot_id=session.snapshot_id, ref=refs, retry=retry, redact=redact
+        session.store, url=shown, snapshot_id=session.snapshot_id, ref=refs, retry=retry, redact=redact
     )
 
 
@@ -152,14 +155,17 @@ def _split_refs(url: str) -> tuple[str, dict[str, str]]:
     query = parse_qs(parts.query, keep_blank_values=True)
     unknown = sorted(set(query) - set(_REFS))
     if unknown or any(len(v) != 1 or not v[0] for v in query.values()):
+        # Shown redacted: an unexpected parameter may be a credential (?token=...).
         raise ValueError(
-            f"malformed Icechunk URL {url!r}: the query may only set one of "
-            f"{', '.join(_REFS)} (e.g. ?branch=main); got {parts.query!r}"
+            f"malformed Icechunk URL {redact_url(url)!r}: the query may only set one of "
+            f"{', '.join(_REFS)} (e.g. ?branch=main); got {redact_url('?' + parts.query)[1:]!r}"
         )
     return url.split("?", 1)[0], {k: v[0] for k, v in query.items()}
 
 
 def _one_ref(target: Any, query: dict[str, str], **given: str | None) -> dict[str, str]:
+    if isinstance(target, str):
+        target = redact_url(target)
     refs = {k: v for k, v in given.items() if v is not None}
     for k, v in query.items():
         if k in refs and refs[k] != v:
@@ -223,13 +229,14 @@ def _storage(
     allow_http: bool | None,
     options: dict[str, Any],
 ) -> Any:
+    shown = redact_url(url)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     inner = url
     if scheme.startswith("icechunk"):
         backend = scheme.partition("+")[2] or "file"
         inner = f"{backend}://{url.split('://', 1)[1]}"
         if backend == "file" and not inner.startswith("file:///"):
-            raise ValueError(f"malformed Icechunk URL {url!r}: use icechunk:///absolute/path")
+            raise ValueError(f"malformed Icechunk URL {shown!r}: use icechunk:///absolute/path")
     elif not scheme:
         from pathlib import Path
 
@@ -238,7 +245,7 @@ def _storage(
     local = loc.service == "file"
     for name, value in (("anonymous", anonymous), ("endpoint", endpoint), ("region", region)):
         if value and local:
-            raise ValueError(f"{name}= does not apply to a local Icechunk repository ({url!r})")
+            raise ValueError(f"{name}= does not apply to a local Icechunk repository ({shown!r})")
     if local:
         return icechunk.local_filesystem_storage(loc.prefix)
     if loc.service == "s3":
@@ -261,9 +268,11 @@ def _storage(
         )
     if loc.service == "az":
         if "account" not in options:
-            raise ValueError(f"an Azure Icechunk repository needs account=<storage account> ({url!r})")
+            raise ValueError(f"an Azure Icechunk repository needs account=<storage account> ({shown!r})")
         return icechunk.azure_storage(container=loc.bucket, prefix=loc.prefix, **options)
-    raise ValueError(f"Icechunk repositories live on local disk, s3, gs or az; not {loc.scheme}:// ({url!r})")
+    raise ValueError(
+        f"Icechunk repositories live on local disk, s3, gs or az; not {loc.scheme}:// ({shown!r})"
+    )
 
 
 def _open_error(exc: Exception, url: str, redact: Redactor) -> Exception:

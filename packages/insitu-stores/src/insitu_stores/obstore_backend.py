@@ -33,6 +33,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.storage import ObjectStore
 
 from insitu.fetch import RetryPolicy
+from insitu.stores import redact_url
 from insitu_stores.errors import (
     Redactor,
     StoreConfigurationError,
@@ -76,7 +77,8 @@ def obstore_store(
       ``secret_access_key`` / ``session_token`` (S3), ``service_account_key``
       (GCS), ``account_name`` / ``account_key`` / ``sas_key`` (Azure); without
       them obstore reads the usual environment variables. They never appear
-      in the store's repr or in its error messages.
+      in the store's repr or in its error messages, and neither do the
+      credentials of a ``https://user:password@host/...`` URL.
     - ``retry``: attempts, backoff, request and connect timeouts
       (``insitu.RetryPolicy``), applied by obstore's client; the store is the
       only layer that retries its requests.
@@ -115,19 +117,24 @@ def obstore_store(
         options.update(client_options or {})
         config.setdefault("retry_config", retry_config(retry))
     elif client_options:
-        raise ValueError(f"client_options do not apply to {loc.scheme}:// URLs ({url!r})")
-    redact = Redactor.from_options({**config, "client_options": options})
+        raise ValueError(f"client_options do not apply to {loc.scheme}:// URLs ({loc.safe_url!r})")
+    target = _basic_auth_header(url, options) if loc.service in ("http", "https") else url
+    redact = Redactor.from_options({**config, "client_options": options}, urls=(url, endpoint))
     try:
         if options:
             config["client_options"] = options
         if loc.service == "file":
             # obstore's LocalStore wants the directory to exist; say which one is missing.
             _check_local_dir(loc, read_only)
-        inner = from_url(url, **config)
+        inner = from_url(target, **config)
     except (ValueError, TypeError, OSError) as exc:
-        raise type(exc)(f"cannot open {url!r} with obstore: {redact(first_line(str(exc)))}") from None
+        raise type(exc)(
+            f"cannot open {loc.safe_url!r} with obstore: {redact(first_line(str(exc)))}"
+        ) from None
     except Exception as exc:  # obstore's own config errors (unknown key...)
-        raise ValueError(f"cannot open {url!r} with obstore: {redact(first_line(str(exc)))}") from None
+        raise ValueError(
+            f"cannot open {loc.safe_url!r} with obstore: {redact(first_line(str(exc)))}"
+        ) from None
     return ObstoreStore(
         inner, read_only=read_only, location=loc, endpoint=endpoint, retry=retry, redact=redact
     )
@@ -156,9 +163,33 @@ def client_timeouts(policy: RetryPolicy) -> dict[str, Any]:
     return options
 
 
+def _basic_auth_header(url: str, options: dict[str, Any]) -> str:
+    """``url`` without its ``user:password@``, which becomes an ``Authorization: Basic`` header.
+
+    obstore's HTTP client ignores credentials in the URL and sends the request
+    unauthenticated; fsspec's (aiohttp) sends them as Basic authentication, so
+    both backends now do. An ``Authorization`` header given in
+    ``client_options["default_headers"]`` wins.
+    """
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    headers = dict(options.get("default_headers") or {})
+    if not any(name.lower() == "authorization" for name in headers):
+        headers["Authorization"] = f"Basic {token}"
+    options["default_headers"] = headers
+    return urlunsplit(parts._replace(netloc=host))
+
+
 def _check_applies(loc: Location, name: str, value: Any, applies: bool) -> None:
     if value and not applies:
-        raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.url!r})")
+        raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.safe_url!r})")
 
 
 def _check_local_dir(loc: Location, read_only: bool) -> None:
@@ -194,14 +225,20 @@ class ObstoreStore(ObjectStore):
     # -- identity and display (never credentials) ---------------------------
     @property
     def url(self) -> str:
-        """The store's URL, with the endpoint when one was given."""
+        """The store's URL, with the endpoint when one was given; credentials hidden."""
         if self.endpoint:
-            return f"{self.location.url} (endpoint {self.endpoint})"
-        return self.location.url
+            return f"{self.location.safe_url} (endpoint {redact_url(self.endpoint)})"
+        return self.location.safe_url
 
     def insitu_identity(self) -> str:
-        """What the engine's persisted-cache fingerprint records for this store."""
-        return f"obstore:{self.location.url}@{self.endpoint or 'default'}"
+        """What the engine's persisted-cache fingerprint records for this store.
+
+        The location without its credentials: a rotated password or a
+        re-signed URL is the same data, and a fingerprint must not hold a
+        secret (a hash of a short password can be guessed back).
+        """
+        endpoint = redact_url(self.endpoint) if self.endpoint else "default"
+        return f"obstore:{self.location.safe_url}@{endpoint}"
 
     @property
     def insitu_retry_policy(self) -> RetryPolicy:
@@ -341,10 +378,10 @@ class ObstoreStore(ObjectStore):
     def _raise_if_bucket_missing(self, exc: BaseException) -> None:
         if _BUCKET_MISSING.search(str(exc)):
             loc = self.location
-            where = f" at {self.endpoint}" if self.endpoint else ""
+            where = f" at {redact_url(self.endpoint)}" if self.endpoint else ""
             raise StoreNotFoundError(
-                f"bucket {loc.bucket!r} does not exist{where} (opening {loc.url})", url=self.url
-            )
+                f"bucket {loc.bucket!r} does not exist{where} (opening {loc.safe_url})", url=self.url
+            ) from None  # the backend's message may quote the request URL
 
     async def _guarded(self, key: str, op: Callable[[], Awaitable[Any]]) -> Any:
         # obstore retries inside Rust; the deadline is only a backstop for a request that hangs
@@ -354,9 +391,9 @@ class ObstoreStore(ObjectStore):
         return await call_once(op, deadline_s=deadline, translate=self._translate, key=key, url=self.url)
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
-        where = self.location.join(key) if key else self.location.url
+        where = self.location.join(key) if key else self.location.safe_url
         if self.endpoint:
-            where += f" (endpoint {self.endpoint})"
+            where += f" (endpoint {redact_url(self.endpoint)})"
         return translate_obstore_error(exc, where, url=self.url, key=key, redact=self._redact)
 
     # -- listings ------------------------------------------------------------

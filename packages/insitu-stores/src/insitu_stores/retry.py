@@ -106,8 +106,9 @@ async def _translating(op: Callable[[], Awaitable[T]], translate: Translate, key
         err = translate(exc, key)
         if err is None:
             raise
-        # ``from None``: the backend's own exception may quote request details we do not control.
-        raise err from None
+    # Raised outside the handler: the backend's own exception may quote request details we do not
+    # control (a URL with its password), so it is neither the cause nor the context of ours.
+    raise err
 
 
 def _where(url: str, key: str | None) -> str:

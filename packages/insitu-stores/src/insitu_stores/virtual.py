@@ -86,9 +86,9 @@ def virtual_store(
     if not url_list:
         raise ValueError("virtual_store needs at least one file URL")
     locations = [_file_location(u) for u in url_list]
-    kind = _format(format, [loc.url for loc in locations])
+    kind = _format(format, [loc.safe_url for loc in locations])
     retry = retry or DEFAULT_RETRY
-    redact = Redactor.from_options(dict(credentials))
+    redact = Redactor.from_options(dict(credentials), urls=[*url_list, endpoint])
     registry, readers = _registry(locations, anonymous, endpoint, region, allow_http, retry, credentials)
     if kind == "fits":
         if len(locations) > 1 and chunk_rows is not None:
@@ -113,8 +113,10 @@ def virtual_store(
         try:
             manifest_store = HDFParser()(url=locations[0].url, registry=registry)
         except OSError as exc:
-            raise ValueError(f"{locations[0].url} is not a readable HDF5 / netCDF-4 file: {exc}") from None
-    described = ", ".join(loc.url for loc in locations[:3]) + (
+            raise ValueError(
+                f"{locations[0].safe_url} is not a readable HDF5 / netCDF-4 file: {redact(str(exc))}"
+            ) from None
+    described = ", ".join(loc.safe_url for loc in locations[:3]) + (
         f" and {len(locations) - 3} more" if len(locations) > 3 else ""
     )
     return VirtualStore(
@@ -133,7 +135,7 @@ def _file_location(url: str) -> Location:
         url = path.as_uri()
     loc = parse_location(url)
     if loc.service == "memory":
-        raise ValueError(f"virtual stores read files; {url!r} is not a file URL")
+        raise ValueError(f"virtual stores read files; {loc.safe_url!r} is not a file URL")
     if loc.service == "file":
         from pathlib import Path
 
@@ -180,7 +182,7 @@ def _registry(
 
     stores: dict[str, Any] = {}
     for loc in locations:
-        root = "file://" if loc.service == "file" else f"{loc.scheme}://{loc.bucket}"
+        root = "file://" if loc.service == "file" else loc.root
         if root in stores:
             continue
         if loc.service == "file":
@@ -203,7 +205,7 @@ def _registry(
 def _store_for(loc: Location, readers: dict[str, Any]) -> tuple[Any, str]:
     if loc.service == "file":
         return readers["file://"], loc.prefix.lstrip("/")
-    return readers[f"{loc.scheme}://{loc.bucket}"], loc.prefix
+    return readers[loc.root], loc.prefix
 
 
 def _fingerprint(locations: Iterable[Location], readers: dict[str, Any]) -> str:
@@ -216,9 +218,9 @@ def _fingerprint(locations: Iterable[Location], readers: dict[str, Any]) -> str:
         try:
             meta = obs.head(store, path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"no such file: {loc.url}") from None
+            raise FileNotFoundError(f"no such file: {loc.safe_url}") from None
         version = meta.get("e_tag") or meta.get("version") or str(meta.get("last_modified"))
-        digest.update(f"{loc.url}\0{meta['size']}\0{version}\n".encode())
+        digest.update(f"{loc.safe_url}\0{meta['size']}\0{version}\n".encode())
     return digest.hexdigest()[:32]
 
 
