@@ -52,6 +52,21 @@ class EpochPlan:
         last = np.searchsorted(bs, ends, side="right") - 1
         return int((last - first).max()) + 1
 
+    def first_uses(self, path: str, from_block: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Slabs of ``path`` the blocks from ``from_block`` on need, and the first block needing each."""
+        blocks = self.needs[from_block:]
+        if not blocks:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        slabs = np.concatenate([blk[path].slabs for blk in blocks])
+        block_ids = np.concatenate(
+            [np.full(len(blk[path].slabs), from_block + i, dtype=np.int64) for i, blk in enumerate(blocks)]
+        )
+        order = np.lexsort((block_ids, slabs))  # by slab, then block: each slab's first use leads
+        slabs, block_ids = slabs[order], block_ids[order]
+        first = np.concatenate(([True], slabs[1:] != slabs[:-1])) if len(slabs) else np.zeros(0, dtype=bool)
+        return slabs[first], block_ids[first]
+
     def max_slots(self, path: str, window: int) -> int:
         """Most distinct slabs of ``path`` pinned by any ``window`` consecutive blocks."""
         best = 0

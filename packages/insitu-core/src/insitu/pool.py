@@ -159,6 +159,21 @@ class ArrayPool:
         else:
             heapq.heappush(self._wanted, (-next_use, next(self._seq), entry.slab))
 
+    def expect(self, slabs: np.ndarray, first_use: np.ndarray) -> None:
+        """A starting pass will use ``slabs`` first at blocks ``first_use``: resident ones waiting as
+        spare (a previous epoch's, or adopted from a persisted cache) get that as their next use,
+        so eviction takes slabs nobody needs first and keeps the ones needed soonest."""
+        if not self._spare:
+            return
+        wanted = dict(zip(slabs.tolist(), first_use.tolist(), strict=True))
+        for slab in [s for s in self._spare if s in wanted]:
+            entry = self.entries.get(slab)
+            if entry is None or entry.pins:
+                continue
+            del self._spare[slab]
+            entry.next_use = wanted[slab]
+            heapq.heappush(self._wanted, (-entry.next_use, next(self._seq), slab))
+
     def reserve(self, slab: int) -> Slab | None:
         """Take a slot for ``slab`` (evicting if needed), pinned once; None if all slots are pinned."""
         slot = self._free.pop() if self._free else self._evict()
