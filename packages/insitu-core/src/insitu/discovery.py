@@ -12,7 +12,7 @@ import zarr.api.asynchronous as zarr_async
 from zarr.abc.store import Store
 
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
+from insitu.geometry import ArrayGeometry, is_integer
 from insitu.loop import run_sync
 
 # zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
@@ -36,19 +36,34 @@ def open_geometries(
     mapping from array name to either. With ``variables=None`` every numeric
     array with at least two dimensions (and, for a named sample axis, that
     dimension) is included; name 1-D arrays explicitly to read them.
+
+    Raises ConfigError naming the bad value for a malformed ``variables`` or
+    ``sample_axis`` (a mapping naming an array that is not read included),
+    and naming the array and its shape for one whose sample axis is empty.
     """
-    explicit = variables is not None
-    wanted = list(variables) if variables is not None else None
+    wanted = _variable_names(variables)
+    explicit = wanted is not None
+    _check_sample_axis(sample_axis)
+    if not isinstance(path, str):
+        raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
     chosen = {name: zarr.Array(a) for name, a in run_sync(_open_arrays(store, path, wanted)).items()}
+    if isinstance(sample_axis, Mapping):
+        unknown = sorted(set(sample_axis) - set(chosen))
+        if unknown:
+            raise ConfigError(
+                f"sample_axis names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
+            )
     out: dict[str, ArrayGeometry] = {}
     for name, arr in chosen.items():
-        axis_spec = (
-            sample_axis[name] if isinstance(sample_axis, Mapping) and name in sample_axis else sample_axis
-        )
-        if isinstance(axis_spec, Mapping):
-            axis_spec = 0
-        geom = _geometry_or_none(arr, name, axis_spec, explicit)
+        axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
+        try:
+            geom = _geometry_or_none(arr, name, axis_spec, explicit)
+        except ConfigError as exc:
+            if explicit:
+                raise
+            # The user did not name this array (default discovery picked it): say how to skip it.
+            raise ConfigError(f"{exc}; name the arrays to read with variables=[...]") from None
         if geom is not None:
             out[name] = geom
     if not out:
@@ -56,6 +71,31 @@ def open_geometries(
             f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
         )
     return out
+
+
+def _variable_names(variables: Iterable[str] | None) -> list[str] | None:
+    """``variables`` as a list of names; a bare string is refused (it would read as its letters)."""
+    if variables is None:
+        return None
+    if isinstance(variables, str):
+        raise ConfigError(f"variables must be a list of array names, got the string {variables!r}")
+    try:
+        names = list(variables)
+    except TypeError:
+        raise ConfigError(f"variables must be a list of array names, got {variables!r}") from None
+    bad = [v for v in names if not isinstance(v, str) or not v]
+    if bad or not names:
+        raise ConfigError(f"variables must be non-empty array names, got {variables!r}")
+    return names
+
+
+def _check_sample_axis(sample_axis: Any) -> None:
+    """An axis number, a dimension name, or a mapping from array name to either."""
+    specs = sample_axis.items() if isinstance(sample_axis, Mapping) else [(None, sample_axis)]
+    for name, spec in specs:
+        if not (is_integer(spec) or (isinstance(spec, str) and spec)):
+            where = "" if name is None else f" for array {name!r}"
+            raise ConfigError(f"sample_axis must be an axis number or a dimension name{where}, got {spec!r}")
 
 
 async def _open_arrays(store: Store, path: str, wanted: list[str] | None) -> dict[str, Any]:

@@ -18,6 +18,9 @@ import numpy as np
 
 from insitu.errors import ConfigError
 
+#: Largest shift either way: far beyond any sample count, and keeps numpy's int64 index arithmetic exact.
+MAX_OFFSET = 2**62
+
 
 @dataclass(frozen=True)
 class ArrayGeometry:
@@ -43,19 +46,40 @@ class ArrayGeometry:
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
+        what = f"array {self.path or self.name!r}"
+        object.__setattr__(self, "shape", _sizes(what, "shape", self.shape, smallest=0))
+        object.__setattr__(self, "chunk_shape", _sizes(what, "chunk shape", self.chunk_shape, smallest=1))
         ndim = len(self.shape)
         if ndim == 0:
-            raise ConfigError(f"array {self.path!r} is zero-dimensional; it has no sample axis")
+            raise ConfigError(f"{what} is zero-dimensional; it has no sample axis")
+        if not is_integer(self.sample_axis):
+            raise ConfigError(
+                f"sample_axis must be an integer axis number, got {self.sample_axis!r} ({what})"
+            )
         if not -ndim <= self.sample_axis < ndim:
-            raise ConfigError(
-                f"sample_axis={self.sample_axis} is out of range for array {self.path!r} with {ndim} dims"
-            )
-        if self.sample_axis < 0:
-            object.__setattr__(self, "sample_axis", self.sample_axis + ndim)
+            raise ConfigError(f"sample_axis={self.sample_axis} is out of range for {what} with {ndim} dims")
+        object.__setattr__(self, "sample_axis", int(self.sample_axis) % ndim)
         if len(self.chunk_shape) != ndim:
+            raise ConfigError(f"{what}: chunk shape {self.chunk_shape} does not match shape {self.shape}")
+        if self.shape[self.sample_axis] == 0:
+            # Caught here, where the array is first described, rather than as an empty split later.
             raise ConfigError(
-                f"array {self.path!r}: chunk shape {self.chunk_shape} does not match shape {self.shape}"
+                f"{what} has no samples: its sample axis ({self._axis_name()}) has length 0 "
+                f"(shape {self.shape})"
             )
+        if not is_integer(self.offset) or abs(self.offset) > MAX_OFFSET:
+            raise ConfigError(
+                f"offset must be an integer number of samples within 2**62 either way, "
+                f"got {self.offset!r} ({what})"
+            )
+        object.__setattr__(self, "offset", int(self.offset))
+
+    def _axis_name(self) -> str:
+        axis = f"axis {self.sample_axis}"
+        names = self.dimension_names
+        if names and len(names) == len(self.shape) and names[self.sample_axis]:
+            return f"{axis}, {names[self.sample_axis]!r}"
+        return axis
 
     # -- labels and windows -------------------------------------------------
     @property
@@ -74,8 +98,10 @@ class ArrayGeometry:
     def shift(self, k: int) -> ArrayGeometry:
         """The same array read ``k`` samples ahead (negative: behind). Shifts compose; the
         result is labelled from the name and offset (a name given by :meth:`named` is dropped)."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        if not is_integer(k):
             raise ConfigError(f"shift must be an integer number of samples, got {k!r}")
+        if abs(self.offset + int(k)) > MAX_OFFSET:
+            raise ConfigError(f"shift({k!r}) is too far: offsets are at most 2**62 samples either way")
         return replace(self, offset=self.offset + int(k), alias=None)
 
     def with_sample_axis(self, axis: int) -> ArrayGeometry:
@@ -134,6 +160,26 @@ class ArrayGeometry:
             "zarr_format": self.zarr_format,
             "metadata": _jsonable(self.metadata),
         }
+
+
+def is_integer(value: Any) -> bool:
+    """An integer, numpy's included; not a bool (True is not axis 1) and not a float (1.5 is not 1).
+
+    The check for every count, index and axis number a user passes in.
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _sizes(what: str, name: str, values: Any, *, smallest: int) -> tuple[int, ...]:
+    """``values`` as a tuple of ints, each at least ``smallest``, else a ConfigError naming them."""
+    try:
+        sizes = tuple(values)
+    except TypeError:
+        sizes = None
+    if sizes is None or not all(is_integer(v) and v >= smallest for v in sizes):
+        kind = "non-negative" if smallest == 0 else "positive"
+        raise ConfigError(f"{what}: {name} must be a sequence of {kind} integers, got {values!r}")
+    return tuple(int(v) for v in sizes)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
+from insitu.geometry import ArrayGeometry, is_integer
+from insitu.options import flag, seed_value
 
 DEFAULT_NAMES = ("train", "val", "test")
 _FORMAT = "insitu.SplitManifest/1"
@@ -115,23 +116,14 @@ def split_by_chunk(
     fraction 0 exists and is empty, and a positive fraction that would get no
     chunk is an error.
     """
-    fracs = [float(f) for f in fractions]
-    if names is None:
-        if len(fracs) > len(DEFAULT_NAMES):
-            raise ConfigError(f"{len(fracs)} fractions but no names; pass names= for more than 3 splits")
-        names = DEFAULT_NAMES[: len(fracs)]
-    names = tuple(names)
-    if len(names) != len(fracs) or len(set(names)) != len(names):
-        raise ConfigError(f"names {names} must be unique and match fractions {tuple(fracs)}")
-    if any(not math.isfinite(f) or f < 0 for f in fracs) or not any(f > 0 for f in fracs):
-        raise ConfigError(f"fractions must be non-negative with at least one positive, got {tuple(fracs)}")
-    if abs(sum(fracs) - 1.0) > 1e-6:
-        raise ConfigError(f"fractions must sum to 1, got {tuple(fracs)} (sum {sum(fracs):g})")
-
+    if not isinstance(geom, ArrayGeometry):
+        raise ConfigError(f"split_by_chunk splits an ArrayGeometry, got {type(geom).__name__}: {geom!r}")
+    fracs = _fractions(fractions)
+    names = _names(names, fracs)
+    seed = seed_value("seed", seed)  # checked even when contiguous: a bad seed is a mistake either way
+    contiguous = flag("contiguous", contiguous)
     n = geom.n_samples
-    lo, hi = (0, n) if sample_range is None else (int(sample_range[0]), int(sample_range[1]))
-    if not 0 <= lo < hi <= n:
-        raise ConfigError(f"sample_range={sample_range!r} must satisfy 0 <= start < stop <= {n}")
+    lo, hi = _sample_range(sample_range, n)
     c = geom.chunk_len
     chunk_ids = np.arange(lo // c, math.ceil(hi / c), dtype=np.int64)
     counts = _largest_remainder(fracs, len(chunk_ids))
@@ -160,6 +152,62 @@ def split_by_chunk(
         contiguous=contiguous,
         sample_axis=geom.sample_axis,
         sample_dim=geom.dimension_names[geom.sample_axis] if geom.dimension_names else None,
+    )
+
+
+def _fractions(fractions: Any) -> list[float]:
+    """Each split's share: real numbers, non-negative, at least one positive, summing to 1."""
+    try:
+        given = list(fractions)
+    except TypeError:
+        raise ConfigError(f"fractions must be a sequence of numbers, got {fractions!r}") from None
+    if not given:
+        raise ConfigError("fractions is empty; give one fraction per split, e.g. (0.8, 0.1, 0.1)")
+    if not all(_is_real(f) for f in given):
+        raise ConfigError(f"fractions must be a sequence of numbers, got {fractions!r}")
+    fracs = [float(f) for f in given]
+    if any(not math.isfinite(f) or f < 0 for f in fracs) or not any(f > 0 for f in fracs):
+        raise ConfigError(f"fractions must be non-negative with at least one positive, got {tuple(fracs)}")
+    if abs(sum(fracs) - 1.0) > 1e-6:
+        raise ConfigError(f"fractions must sum to 1, got {tuple(fracs)} (sum {sum(fracs):g})")
+    return fracs
+
+
+def _names(names: Any, fracs: Sequence[float]) -> tuple[str, ...]:
+    """One unique, non-empty name per fraction; ``train``, ``val``, ``test`` by default."""
+    if names is None:
+        if len(fracs) > len(DEFAULT_NAMES):
+            raise ConfigError(f"{len(fracs)} fractions but no names; pass names= for more than 3 splits")
+        return DEFAULT_NAMES[: len(fracs)]
+    if isinstance(names, str):  # "ab" would otherwise be the splits "a" and "b"
+        raise ConfigError(f"names must be a sequence of split names, got the string {names!r}")
+    try:
+        given = tuple(names)
+    except TypeError:
+        raise ConfigError(f"names must be a sequence of split names, got {names!r}") from None
+    if not all(isinstance(name, str) and name for name in given):
+        raise ConfigError(f"names must be non-empty strings, got {given!r}")
+    if len(given) != len(fracs) or len(set(given)) != len(given):
+        raise ConfigError(f"names {given} must be unique and match fractions {tuple(fracs)}")
+    return given
+
+
+def _sample_range(sample_range: Any, n: int) -> tuple[int, int]:
+    """``(start, stop)``: integers with ``0 <= start < stop <= n`` (1.5 is not a sample index)."""
+    if sample_range is None:
+        return 0, n
+    try:
+        lo, hi = sample_range
+    except (TypeError, ValueError):
+        raise ConfigError(f"sample_range must be a (start, stop) pair, got {sample_range!r}") from None
+    if not (is_integer(lo) and is_integer(hi) and 0 <= lo < hi <= n):
+        raise ConfigError(f"sample_range={sample_range!r} must be integers with 0 <= start < stop <= {n}")
+    return int(lo), int(hi)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
     )
 
 
