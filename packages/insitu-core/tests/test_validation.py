@@ -122,13 +122,18 @@ def test_an_empty_sample_axis_is_named_when_the_array_is_described(with_empty: A
     assert list(insitu.open_geometries(with_empty, ["a"])) == ["a"]
 
 
-def test_an_array_geometry_without_samples_cannot_be_made(geom: insitu.ArrayGeometry) -> None:
+def test_an_array_geometry_without_samples_cannot_be_made() -> None:
     with pytest.raises(ConfigError, match=r"array 'a' has no samples: .*\(shape \(3, 0\)\)"):
         insitu.ArrayGeometry("a", "a", (3, 0), np.dtype("f4"), (1, 1), sample_axis=1)
-    # Moving the sample role to an empty axis is refused the same way.
-    wide = insitu.ArrayGeometry("w", "w", (4, 0), np.dtype("f4"), (2, 1))
-    with pytest.raises(ConfigError, match="array 'w' has no samples"):
-        wide.with_sample_axis(1)
+
+
+def test_an_empty_axis_besides_the_sample_axis_is_named(tmp_path: Path) -> None:
+    """Samples of no values once reached the pool's budget split as a division by zero."""
+    zarr.open_group(tmp_path, mode="a").create_array("flat", shape=(40, 0), chunks=(4, 1), dtype="f4")
+    with pytest.raises(
+        ConfigError, match=r"array 'flat' has empty samples: axis 1 has length 0 \(shape \(40, 0\)\)"
+    ):
+        insitu.open_geometries(insitu.open_store(tmp_path), ["flat"])
 
 
 # -- ArrayGeometry and its windows -------------------------------------------------------------

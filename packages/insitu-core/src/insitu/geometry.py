@@ -67,6 +67,10 @@ class ArrayGeometry:
                 f"{what} has no samples: its sample axis ({self._axis_name()}) has length 0 "
                 f"(shape {self.shape})"
             )
+        if 0 in self.shape:  # an empty axis besides the sample axis: every sample holds no values
+            raise ConfigError(
+                f"{what} has empty samples: axis {self.shape.index(0)} has length 0 (shape {self.shape})"
+            )
         if not is_integer(self.offset) or abs(self.offset) > MAX_OFFSET:
             raise ConfigError(
                 f"offset must be an integer number of samples within 2**62 either way, "
