@@ -270,3 +270,21 @@ def test_a_builder_error_that_quotes_the_url_hides_its_credentials(tmp_path: Pat
             open_store(missing_url)
         assert missing.value.filename == "missing://reader:***@host/x"
         assert "PWsecret" not in str(missing.value)
+
+
+class _ReprShowsItsUrl(MemoryStore):
+    """A store built outside open_store whose repr quotes its URL, password and all."""
+
+    def __repr__(self) -> str:
+        return "ThirdPartyStore('https://reader:PWsecret@host/x.zarr')"
+
+
+def test_a_missing_group_message_hides_the_credentials_a_store_repr_shows() -> None:
+    import traceback
+
+    import insitu
+
+    with pytest.raises(insitu.ConfigError, match="no Zarr array or group") as info:
+        insitu.open_geometries(_ReprShowsItsUrl())
+    assert "https://reader:***@host/x.zarr" in str(info.value)
+    assert "PWsecret" not in "".join(traceback.format_exception(info.value))

@@ -14,6 +14,7 @@ from zarr.abc.store import Store
 from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry, is_integer
 from insitu.loop import run_sync
+from insitu.stores import redact_urls
 
 # zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
 _NOT_FOUND = (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError)
@@ -130,7 +131,9 @@ async def _members(store: Store, path: str) -> dict[str, Any]:
         try:
             arr = await zarr_async.open_array(store=store, path=path, mode="r")
         except _NOT_FOUND:
-            raise ConfigError(f"no Zarr array or group at {store!r} path {path!r}: {exc}") from exc
+            message = f"no Zarr array or group at {store!r} path {path!r}: {exc}"
+            shown = redact_urls(message)  # a store built elsewhere may show its URL's password
+            raise ConfigError(shown) from (exc if shown == message else None)
         return {arr.basename or "data": arr}
     # Sorted: listing order differs between stores and even between processes, and label
     # order is part of a dataset's identity (resume state, batch key order).
