@@ -118,3 +118,15 @@ def test_local_file_versions_follow_size_and_mtime(tmp_path: Path) -> None:
 def test_a_store_without_versions_says_so() -> None:
     with pytest.raises(TypeError, match="reports no object versions"):
         asyncio.run(object_version(MemoryStore(), "k"))
+
+
+def test_the_identity_of_an_unknown_store_hides_credentials_its_str_shows() -> None:
+    from insitu.capabilities import store_identity
+
+    class Shows:  # a third-party store that names itself by its URL
+        def __str__(self) -> str:
+            return "https://reader:PWsecret99@example.org/x.zarr"
+
+    ident = store_identity(Shows())  # type: ignore[arg-type]
+    assert "PWsecret99" not in ident
+    assert "example.org/x.zarr" in ident

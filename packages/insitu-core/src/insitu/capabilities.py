@@ -178,7 +178,10 @@ def store_identity(store: Store | IdentifiedStore) -> str:
     inner = getattr(store, "_store", None) or getattr(store, "store", None)
     if isinstance(inner, (LocalStore, MemoryStore, IdentifiedStore)):
         return store_identity(inner)
-    return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
+    from insitu.stores import redact_urls  # stores imports this module; the fallback is rare
+
+    # A store's str() may show a URL with credentials: they must not reach a cache fingerprint.
+    return redact_urls(f"{type(store).__module__}.{type(store).__qualname__}:{store}")
 
 
 async def object_version(store: Store, key: str) -> str | None:
