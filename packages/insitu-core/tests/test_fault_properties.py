@@ -21,7 +21,6 @@ marked ``xfail(strict=True)`` until the engine is fixed (docs/reliability.md,
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import tempfile
 import warnings
@@ -41,7 +40,7 @@ from zarr.codecs.numcodecs import Delta
 from zarr.storage import LocalStore
 
 import insitu
-from insitu.errors import BadChunkError, ConfigError
+from insitu.errors import ConfigError
 from insitu.faults import FaultInjectingStore, FaultPlan, Latency
 
 SAMPLE_SHAPE = (3, 2)  # the non-sample dimensions of every array
@@ -294,14 +293,6 @@ def slab_bytes(sc: Scenario) -> int:
     return sum(a.chunk_len * int(np.prod(SAMPLE_SHAPE)) * 4 for a in sc.arrays)
 
 
-def without_retried_faults(plan: FaultPlan, sc: Scenario) -> FaultPlan:
-    """``plan`` less its transient errors and stalls when an array is read through zarr's pipeline,
-    where the engine neither retries nor times out a GET (see the xfail test below)."""
-    if any(a.codec == "zarr" for a in sc.arrays):
-        return dataclasses.replace(plan, transient_rate=0.0, stall_rate=0.0)
-    return plan
-
-
 # --- properties -----------------------------------------------------------------------------------
 
 
@@ -310,7 +301,7 @@ def without_retried_faults(plan: FaultPlan, sc: Scenario) -> FaultPlan:
 def test_exactly_once_exact_values_and_order_through_transient_faults(sc: Scenario, plan: FaultPlan) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = write_source(Path(tmp), sc)
-        faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), without_retried_faults(plan, sc))
+        faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), plan)
         clean = LocalStore(src.root, read_only=True)
         with (
             open_dataset(faulty, sc, sc.slots * slab_bytes(sc), retry=RETRY) as ds,
@@ -383,7 +374,7 @@ def test_skip_leaves_out_exactly_the_samples_touching_damaged_chunks(
     )
     with tempfile.TemporaryDirectory() as tmp:
         src = write_source(Path(tmp), sc)
-        faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), without_retried_faults(plan, sc))
+        faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), plan)
         clean = LocalStore(src.root, read_only=True)
         skipped = 0
         with (
@@ -488,12 +479,6 @@ def _delta_array(root: Path) -> np.ndarray:
         return np.asarray(arr[...])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=BadChunkError,
-    reason="an array read through zarr's pipeline is not retried: one injected ConnectionError or "
-    "TimeoutError fails its chunk (BadChunkError; dropped under skip, NaN under nan)",
-)
 def test_a_chunk_read_through_zarrs_pipeline_is_retried(tmp_path: Path) -> None:
     source = _delta_array(tmp_path)
     plan = FaultPlan(seed=0, transient_rate=0.3)
@@ -506,12 +491,6 @@ def test_a_chunk_read_through_zarrs_pipeline_is_retried(tmp_path: Path) -> None:
         assert ds.stats["retries"] >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="an array read through zarr's pipeline has no per-request timeout: a stalled GET is "
-    "waited for in full (stall_s), not cut at RetryPolicy.timeout_s and retried",
-)
 def test_a_stalled_chunk_read_through_zarrs_pipeline_is_cut_by_the_timeout(tmp_path: Path) -> None:
     source = _delta_array(tmp_path)
     plan = FaultPlan(seed=3, stall_rate=0.3, stall_s=1.0)
@@ -524,13 +503,6 @@ def test_a_stalled_chunk_read_through_zarrs_pipeline_is_cut_by_the_timeout(tmp_p
         assert ds.stats["timeouts"] >= 1, "the stall was served, not cut by timeout_s"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a persisted slab of an array read through zarr's pipeline records no source identity "
-    "(its index entry has sources=[]), so a chunk rewritten in place is served from the cache with "
-    "its old values: wrong samples, no error",
-)
 def test_a_rewritten_chunk_read_through_zarrs_pipeline_is_read_again(tmp_path: Path) -> None:
     _delta_array(tmp_path / "data")
 

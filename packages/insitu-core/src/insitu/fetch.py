@@ -199,6 +199,11 @@ class ChunkFetcher:
         parts = await self._retrying(lambda: fetch(key, ranges))
         return None if parts is None else [memoryview(p) for p in parts]
 
+    async def retrying(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``await request()`` under this fetcher's policy (none for a store that retries itself),
+        counting retries and timeouts: for reads made on the engine's behalf by another layer."""
+        return await self._retrying(request)
+
     async def _retrying(self, request: Callable[[], Awaitable[T]]) -> T:
         try:
             if self.capabilities.retries_itself:

@@ -34,6 +34,7 @@ from insitu.layout import ArrayReader, Piece, Read
 from insitu.options import BadChunkPolicy
 from insitu.pool import ArrayPool, ChunkPool, Slab
 from insitu.transforms import ChunkTransform, chain_runner, source_spec
+from insitu.zarr_reads import SLAB_SOURCES, FetchingStore
 
 
 @dataclass
@@ -299,16 +300,22 @@ class ArrayLoader:
         """Fallback for codecs the direct decoder does not know: zarr reads the region."""
         g = self.geom
         if self._zarr_array is None:
-            self._zarr_array = zarr.open_array(store=self.engine.store, path=self.path, mode="r").async_array
+            # Through the fetcher: zarr's reads are retried, timed out and tracked like ours.
+            store = FetchingStore(self.engine.store, self.fetcher)
+            self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
         region = tuple(slice(lo, hi) if d == g.sample_axis else slice(None) for d in range(len(g.shape)))
+        token = SLAB_SOURCES.set(entry.sources)  # None unless a persisted cache tracks sources
         try:
             async with self.engine.inflight:
+                self.stats.reads += 1
                 data = await self._zarr_array.getitem(region)
         except Exception as exc:
-            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), "read")
+            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), _bad_kind(exc))
             return
+        finally:
+            SLAB_SOURCES.reset(token)
         view = self.target(entry)
 
         def place() -> None:
