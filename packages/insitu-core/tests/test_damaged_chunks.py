@@ -33,6 +33,10 @@ DAMAGE = {
     "oversized": lambda chunk: chunk + chunk[:60],
 }
 BAD_CHUNK = 3  # samples 12..15
+# Every codec with every kind of damage: each policy test below runs over all of them.
+EACH_DAMAGED_CHUNK = pytest.mark.parametrize(
+    ("codec", "damage"), [(c, d) for c in sorted(CODECS) for d in sorted(DAMAGE)]
+)
 
 
 def _store(root: Path, codec: str, damage: str) -> tuple[LocalStore, np.ndarray]:
@@ -52,16 +56,14 @@ def _dataset(store: LocalStore, policy: str) -> insitu.InSituDataset:
     return insitu.InSituDataset(store, manifest, batch_size=4, shuffle=False, on_bad_chunk=policy)
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("codec", sorted(CODECS))
+@EACH_DAMAGED_CHUNK
 def test_wrong_size_chunk_raises_naming_the_chunk(tmp_path: Path, codec: str, damage: str) -> None:
     store, _ = _store(tmp_path, codec, damage)
     with _dataset(store, "raise") as ds, pytest.raises(BadChunkError, match=rf"x/c/{BAD_CHUNK}/0/0.*size"):
         list(ds.train)
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("codec", sorted(CODECS))
+@EACH_DAMAGED_CHUNK
 def test_wrong_size_chunk_becomes_nan_and_is_counted(tmp_path: Path, codec: str, damage: str) -> None:
     store, data = _store(tmp_path, codec, damage)
     with _dataset(store, "nan") as ds:
@@ -73,8 +75,7 @@ def test_wrong_size_chunk_becomes_nan_and_is_counted(tmp_path: Path, codec: str,
         np.testing.assert_array_equal(b["x"][~bad], data[b.sample_indices[~bad]])
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("codec", sorted(CODECS))
+@EACH_DAMAGED_CHUNK
 def test_wrong_size_chunk_is_skipped_and_counted(tmp_path: Path, codec: str, damage: str) -> None:
     store, data = _store(tmp_path, codec, damage)
     with _dataset(store, "skip") as ds:

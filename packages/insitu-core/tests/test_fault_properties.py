@@ -295,38 +295,56 @@ def slab_bytes(sc: Scenario) -> int:
 
 # --- properties -----------------------------------------------------------------------------------
 
+CLEAN_BUDGET = 1 << 24  # the reference run caches everything: its order is the one to match
 
-@SETTINGS
-@given(sc=scenarios(), plan=transient_plans())
-def test_exactly_once_exact_values_and_order_through_transient_faults(sc: Scenario, plan: FaultPlan) -> None:
+
+@contextmanager
+def faulty_beside_clean(
+    sc: Scenario, plan: FaultPlan, **options: Any
+) -> Iterator[tuple[Source, FaultInjectingStore, insitu.InSituDataset, insitu.InSituDataset]]:
+    """The scenario written once and opened twice: through ``plan`` under the drawn budget
+    (``ds``, with ``options``), and cleanly with room for everything (``reference``)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = write_source(Path(tmp), sc)
         faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), plan)
         clean = LocalStore(src.root, read_only=True)
         with (
-            open_dataset(faulty, sc, sc.slots * slab_bytes(sc), retry=RETRY) as ds,
-            open_dataset(clean, sc, 1 << 24) as reference,
+            open_dataset(faulty, sc, sc.slots * slab_bytes(sc), retry=RETRY, **options) as ds,
+            open_dataset(clean, sc, CLEAN_BUDGET) as reference,
         ):
-            budget = ds.stats["budget_bytes"]
-            for epoch in range(EPOCHS):
-                ds.set_epoch(epoch)
-                reference.set_epoch(epoch)
-                for split in ds.manifest.names:
-                    order, sizes = run_epoch(ds, src, split, budget)
-                    assert len(order) == len(set(order)), f"{split}: a sample delivered twice"
-                    np.testing.assert_array_equal(np.sort(order), expected_anchors(ds, split))
-                    ref_order, ref_sizes = run_epoch(reference, src, split, 1 << 24)
-                    assert order == ref_order, f"{split}, epoch {epoch}: order differs from the clean run"
-                    assert sizes == ref_sizes
-                    np.testing.assert_array_equal(order, ds.view(split).sample_order())
-            stats = ds.stats
-        _events(sc, stats, faulty)
-        assert stats["peak_resident_bytes"] <= budget
-        assert stats["bad_chunks"] == 0
-        assert stats["skipped_samples"] == 0
-        counts = faulty.counts
-        # Every injected error and stall cost one retry (a loaded machine may add timeouts of its own).
-        assert stats["retries"] >= counts["transient"] + counts["stalled"]
+            yield src, faulty, ds, reference
+
+
+def epochs_and_splits(ds: insitu.InSituDataset, reference: insitu.InSituDataset) -> Iterator[tuple[int, str]]:
+    """Every (epoch, split) of the drill, both datasets set to that epoch."""
+    for epoch in range(EPOCHS):
+        ds.set_epoch(epoch)
+        reference.set_epoch(epoch)
+        for split in ds.manifest.names:
+            yield epoch, split
+
+
+@SETTINGS
+@given(sc=scenarios(), plan=transient_plans())
+def test_exactly_once_exact_values_and_order_through_transient_faults(sc: Scenario, plan: FaultPlan) -> None:
+    with faulty_beside_clean(sc, plan) as (src, faulty, ds, reference):
+        budget = ds.stats["budget_bytes"]
+        for epoch, split in epochs_and_splits(ds, reference):
+            order, sizes = run_epoch(ds, src, split, budget)
+            assert len(order) == len(set(order)), f"{split}: a sample delivered twice"
+            np.testing.assert_array_equal(np.sort(order), expected_anchors(ds, split))
+            ref_order, ref_sizes = run_epoch(reference, src, split, CLEAN_BUDGET)
+            assert order == ref_order, f"{split}, epoch {epoch}: order differs from the clean run"
+            assert sizes == ref_sizes
+            np.testing.assert_array_equal(order, ds.view(split).sample_order())
+        stats = ds.stats
+    _events(sc, stats, faulty)
+    assert stats["peak_resident_bytes"] <= budget
+    assert stats["bad_chunks"] == 0
+    assert stats["skipped_samples"] == 0
+    counts = faulty.counts
+    # Every injected error and stall cost one retry (a loaded machine may add timeouts of its own).
+    assert stats["retries"] >= counts["transient"] + counts["stalled"]
 
 
 @st.composite
@@ -372,35 +390,25 @@ def test_skip_leaves_out_exactly_the_samples_touching_damaged_chunks(
         oversize_keys=named.get("oversized", ()),
         truncate_keys=named.get("truncated", ()),
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        src = write_source(Path(tmp), sc)
-        faulty = FaultInjectingStore(LocalStore(src.root, read_only=True), plan)
-        clean = LocalStore(src.root, read_only=True)
-        skipped = 0
-        with (
-            open_dataset(faulty, sc, sc.slots * slab_bytes(sc), retry=RETRY, on_bad_chunk="skip") as ds,
-            open_dataset(clean, sc, 1 << 24) as reference,
-        ):
-            budget = ds.stats["budget_bytes"]
-            for epoch in range(EPOCHS):
-                ds.set_epoch(epoch)
-                reference.set_epoch(epoch)
-                for split in ds.manifest.names:
-                    anchors = expected_anchors(ds, split)
-                    bad = touching(ds, src, set(damage), anchors)
-                    order, _ = run_epoch(ds, src, split, budget)
-                    assert len(order) == len(set(order)), f"{split}: a sample delivered twice"
-                    assert set(order) == set(anchors.tolist()) - bad, f"{split}, epoch {epoch}"
-                    ref_order, _ = run_epoch(reference, src, split, 1 << 24)
-                    assert order == [a for a in ref_order if a not in bad]
-                    skipped += len(bad)
-            stats = ds.stats
-        _events(sc, stats, faulty)
-        event("samples skipped" if skipped else "no damaged chunk read")
-        assert stats["skipped_samples"] == skipped
-        assert stats["peak_resident_bytes"] <= budget
-        assert (stats["bad_chunks"] > 0) == (skipped > 0)
-        assert stats["bad_chunks"] <= sum(faulty.counts[k] for k in ("corrupted", "oversized", "truncated"))
+    skipped = 0
+    with faulty_beside_clean(sc, plan, on_bad_chunk="skip") as (src, faulty, ds, reference):
+        budget = ds.stats["budget_bytes"]
+        for epoch, split in epochs_and_splits(ds, reference):
+            anchors = expected_anchors(ds, split)
+            bad = touching(ds, src, set(damage), anchors)
+            order, _ = run_epoch(ds, src, split, budget)
+            assert len(order) == len(set(order)), f"{split}: a sample delivered twice"
+            assert set(order) == set(anchors.tolist()) - bad, f"{split}, epoch {epoch}"
+            ref_order, _ = run_epoch(reference, src, split, CLEAN_BUDGET)
+            assert order == [a for a in ref_order if a not in bad]
+            skipped += len(bad)
+        stats = ds.stats
+    _events(sc, stats, faulty)
+    event("samples skipped" if skipped else "no damaged chunk read")
+    assert stats["skipped_samples"] == skipped
+    assert stats["peak_resident_bytes"] <= budget
+    assert (stats["bad_chunks"] > 0) == (skipped > 0)
+    assert stats["bad_chunks"] <= sum(faulty.counts[k] for k in ("corrupted", "oversized", "truncated"))
 
 
 @pytest.mark.xfail(
