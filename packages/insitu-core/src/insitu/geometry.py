@@ -44,6 +44,9 @@ class ArrayGeometry:
     dimension_names: tuple[str | None, ...] | None = None
     alias: str | None = None  # the batch field name chosen by the user; None: derived from name and offset
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    #: Decoded coordinate values by dimension name (whole axis, before any selection); CF time as
+    #: ``datetime64[ns]``. Empty when the store has no coordinate arrays.
+    coords: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         what = f"array {self.path or self.name!r}"
@@ -77,6 +80,14 @@ class ArrayGeometry:
                 f"got {self.offset!r} ({what})"
             )
         object.__setattr__(self, "offset", int(self.offset))
+
+    @property
+    def sample_dim(self) -> str | None:
+        """Name of the sample axis's dimension, when the array names its dimensions."""
+        names = self.dimension_names
+        if names and len(names) == len(self.shape):
+            return names[self.sample_axis]
+        return None
 
     def _axis_name(self) -> str:
         axis = f"axis {self.sample_axis}"
