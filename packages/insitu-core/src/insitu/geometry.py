@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from insitu.errors import ConfigError
+from insitu.selection import AxisSelection
 
 #: Largest shift either way: far beyond any sample count, and keeps numpy's int64 index arithmetic exact.
 MAX_OFFSET = 2**62
@@ -47,6 +48,14 @@ class ArrayGeometry:
     #: Decoded coordinate values by dimension name (whole axis, before any selection); CF time as
     #: ``datetime64[ns]``. Empty when the store has no coordinate arrays.
     coords: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    #: CF attributes of those coordinate arrays (units, calendar), by dimension name.
+    coord_attrs: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    #: Per axis, the source indices delivered (None: the whole axis); see :mod:`insitu.selection`.
+    selection: tuple[AxisSelection | None, ...] | None = None
+    #: A static array has no sample axis: read once, kept resident, delivered whole in every batch.
+    static: bool = False
 
     def __post_init__(self) -> None:
         what = f"array {self.path or self.name!r}"
@@ -64,7 +73,12 @@ class ArrayGeometry:
         object.__setattr__(self, "sample_axis", int(self.sample_axis) % ndim)
         if len(self.chunk_shape) != ndim:
             raise ConfigError(f"{what}: chunk shape {self.chunk_shape} does not match shape {self.shape}")
-        if self.shape[self.sample_axis] == 0:
+        if self.selection is not None:
+            self._check_selection()
+        if self.static:
+            if self.offset:
+                raise ConfigError(f"{what} is static (it has no sample axis); it cannot be shifted")
+        elif self.shape[self.sample_axis] == 0:
             # Caught here, where the array is first described, rather than as an empty split later.
             raise ConfigError(
                 f"{what} has no samples: its sample axis ({self._axis_name()}) has length 0 "
@@ -88,6 +102,24 @@ class ArrayGeometry:
         if names and len(names) == len(self.shape):
             return names[self.sample_axis]
         return None
+
+    def _check_selection(self) -> None:
+        sel = self.selection
+        assert sel is not None
+        if len(sel) != len(self.shape):
+            raise ConfigError(f"array {self.name!r}: a selection needs one entry per axis, got {len(sel)}")
+        for d, (s, n) in enumerate(zip(sel, self.shape, strict=True)):
+            if s is None:
+                continue
+            if not self.static and d == self.sample_axis:
+                raise ConfigError(
+                    f"array {self.name!r}: the sample axis ({self._axis_name()}) cannot be selected; "
+                    "choose samples with a split (split_by_coord, split_by_chunk(sample_range=...))"
+                )
+            if min(s.indices) < 0 or max(s.indices) >= n:
+                raise ConfigError(f"array {self.name!r}: selection {s.describe()} is outside axis {d} of {n}")
+        if all(s is None for s in sel):
+            object.__setattr__(self, "selection", None)
 
     def _axis_name(self) -> str:
         axis = f"axis {self.sample_axis}"
@@ -123,6 +155,109 @@ class ArrayGeometry:
         """The same array with another axis playing the sample role."""
         return replace(self, sample_axis=axis)
 
+    def as_static(self) -> ArrayGeometry:
+        """The array read whole, once, and delivered in every batch (for fields with no sample axis)."""
+        return replace(self, static=True, offset=0, alias=self.alias)
+
+    # -- selections -----------------------------------------------------------
+    def axis_of(self, dim: str | int) -> int:
+        """Axis number of a dimension given by name (or number)."""
+        if is_integer(dim):
+            ndim = len(self.shape)
+            if not -ndim <= int(dim) < ndim:  # type: ignore[arg-type]  # an integer, checked above
+                raise ConfigError(f"axis {dim} is out of range for array {self.name!r} with {ndim} dims")
+            return int(dim) % ndim  # type: ignore[arg-type]
+        names = self.dimension_names or ()
+        if not isinstance(dim, str) or dim not in names:
+            raise ConfigError(f"array {self.name!r} has no dimension {dim!r} (dimensions: {list(names)})")
+        return names.index(dim)
+
+    def isel(self, indexers: Mapping[str | int, Any] | None = None, **by_name: Any) -> ArrayGeometry:
+        """Deliver only some indices of non-sample axes: ``isel(level=[3, 7])``, ``isel(lat=slice(0, 90))``.
+
+        An integer drops the axis, as in xarray. Only the chunks the selection
+        touches are read, and the pool holds only the selected region.
+        Selections compose: positions index what an earlier selection kept."""
+        return self._select(_indexers(indexers, by_name), by_value=False)
+
+    def sel(self, indexers: Mapping[str | int, Any] | None = None, **by_name: Any) -> ArrayGeometry:
+        """Like :meth:`isel`, by coordinate value: ``sel(level=[500, 850], latitude=slice(60, 30))``.
+
+        Slices include both ends; a longitude box may cross the antimeridian
+        (``slice(350, 10)``). See :mod:`insitu.selection` for the rules."""
+        return self._select(_indexers(indexers, by_name), by_value=True)
+
+    def _select(self, indexers: Mapping[str | int, Any], *, by_value: bool) -> ArrayGeometry:
+        from insitu.selection import by_position, compose, is_periodic_longitude
+        from insitu.selection import by_value as resolve_value
+
+        current = list(self.selection or (None,) * len(self.shape))
+        for dim, key in indexers.items():
+            axis = self.axis_of(dim)
+            what = f"array {self.name!r}, dimension {self._dim_label(axis)}"
+            before = current[axis]
+            if before is not None and not before.keep:
+                raise ConfigError(f"{what}: already reduced to one index by an earlier selection")
+            if not by_value:
+                size = self.shape[axis] if before is None else len(before.indices)
+                chosen = by_position(what, size, key)
+            else:
+                name = self._dim_name(axis)
+                coord = self.coords.get(name) if name is not None else None
+                if coord is None:
+                    raise ConfigError(
+                        f"{what}: the store has no coordinate values for it; select by position with isel"
+                    )
+                if before is not None:
+                    coord = coord[before.array]
+                attrs = self._coord_attrs(name)
+                found = resolve_value(what, coord, key, periodic=is_periodic_longitude(name, attrs, coord))
+                chosen = found
+            current[axis] = compose(before, chosen)
+        return replace(self, selection=tuple(current))
+
+    def _dim_name(self, axis: int) -> str | None:
+        names = self.dimension_names
+        return names[axis] if names and len(names) == len(self.shape) else None
+
+    def _dim_label(self, axis: int) -> str:
+        name = self._dim_name(axis)
+        return repr(name) if name is not None else f"axis {axis}"
+
+    def _coord_attrs(self, name: str | None) -> Mapping[str, Any]:
+        return self.coord_attrs.get(name, {}) if name is not None else {}
+
+    def axis_selection(self, axis: int) -> AxisSelection | None:
+        """The selection of one axis (None: every index)."""
+        return None if self.selection is None else self.selection[axis]
+
+    @cached_property
+    def delivered_dims(self) -> tuple[str | None, ...]:
+        """Dimension names of a delivered sample (static: of the delivered array)."""
+        names = (
+            self.dimension_names
+            if self.dimension_names and len(self.dimension_names) == len(self.shape)
+            else (None,) * len(self.shape)
+        )
+        return tuple(
+            n
+            for d, n in enumerate(names)
+            if (self.static or d != self.sample_axis)
+            and (self.axis_selection(d) is None or self.axis_selection(d).keep)  # type: ignore[union-attr]
+        )
+
+    def coord(self, dim: str) -> np.ndarray | None:
+        """Coordinate values of ``dim`` as delivered (selection applied); None when the store has none."""
+        values = self.coords.get(dim)
+        if values is None:
+            return None
+        names = self.dimension_names or ()
+        if dim in names:
+            chosen = self.axis_selection(names.index(dim))
+            if chosen is not None:
+                return values[chosen.array]
+        return values
+
     # -- derived sizes ------------------------------------------------------
     @cached_property
     def n_samples(self) -> int:
@@ -131,8 +266,18 @@ class ArrayGeometry:
 
     @cached_property
     def sample_shape(self) -> tuple[int, ...]:
-        """Shape of one sample: the array shape without the sample axis."""
-        return self.shape[: self.sample_axis] + self.shape[self.sample_axis + 1 :]
+        """Shape of one delivered sample: the selected shape without the sample axis (static: the
+        whole selected shape)."""
+        out = []
+        for d, n in enumerate(self.shape):
+            if d == self.sample_axis and not self.static:
+                continue
+            chosen = self.axis_selection(d)
+            if chosen is None:
+                out.append(n)
+            elif chosen.keep:
+                out.append(len(chosen.indices))
+        return tuple(out)
 
     @cached_property  # read per chunk by the engine; the geometry is immutable
     def chunk_len(self) -> int:
@@ -173,6 +318,10 @@ class ArrayGeometry:
             "shard_shape": list(self.shard_shape) if self.shard_shape else None,
             "sample_axis": self.sample_axis,
             "zarr_format": self.zarr_format,
+            "static": self.static,
+            "selection": None
+            if self.selection is None
+            else [None if s is None else s.describe() for s in self.selection],
             "metadata": _jsonable(self.metadata),
         }
 
@@ -183,6 +332,17 @@ def is_integer(value: Any) -> bool:
     The check for every count, index and axis number a user passes in.
     """
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _indexers(indexers: Mapping[str | int, Any] | None, by_name: Mapping[str, Any]) -> dict[str | int, Any]:
+    if indexers is not None and not isinstance(indexers, Mapping):
+        raise ConfigError(f"selections are given as a mapping or keywords {{dim: key}}, got {indexers!r}")
+    merged: dict[str | int, Any] = dict(indexers or {})
+    both = sorted(set(map(str, merged)) & set(by_name))
+    if both:
+        raise ConfigError(f"dimension(s) {both} selected twice")
+    merged.update(by_name)
+    return merged
 
 
 def _sizes(what: str, name: str, values: Any, *, smallest: int) -> tuple[int, ...]:

@@ -61,14 +61,20 @@ class ArrayReader:
         self.coalesce_gap = coalesce_gap
         self.max_read = max_read
         ax = geom.sample_axis
-        other = [range(g) for d, g in enumerate(self.grid) if d != ax]
-        self._others = list(itertools.product(*other))  # chunk coords of one slab, sample axis left out
+        # Chunk coords of one slab, sample axis left out: along a selected axis, only the chunks
+        # holding a selected index (the others are never fetched nor decoded).
+        other = [self._chunks_touched(d) for d in range(len(self.grid)) if d != ax]
+        self._others = list(itertools.product(*other))
         self.chunks_per_slab = len(self._others)
         self._full_slabs = geom.n_samples // geom.chunk_len  # slabs before this index hold chunk_len rows
         # A slab that is exactly one chunk with the sample axis first decodes straight into its slot.
         self.whole_slab = (
-            ax == 0 and self.chunks_per_slab == 1 and tuple(geom.chunk_shape[1:]) == tuple(geom.shape[1:])
+            ax == 0
+            and geom.selection is None
+            and self.chunks_per_slab == 1
+            and tuple(geom.chunk_shape[1:]) == tuple(geom.shape[1:])
         )
+        self._placement: dict[tuple[int, ...], _Placement] = {}
         if geom.is_sharded:
             assert geom.shard_shape is not None
             self.inner_per_shard = tuple(
@@ -80,6 +86,12 @@ class ArrayReader:
             self.index_nbytes = self._index_nbytes(sharding)
 
     # -- coordinates --------------------------------------------------------
+    def _chunks_touched(self, axis: int) -> list[int]:
+        chosen = self.geom.axis_selection(axis)
+        if chosen is None:
+            return list(range(self.grid[axis]))
+        return sorted({i // self.geom.chunk_shape[axis] for i in chosen.indices})
+
     def slab_chunks(self, slab: int) -> list[tuple[int, ...]]:
         """Chunk grid coordinates making up one slab."""
         ax = self.geom.sample_axis
@@ -180,26 +192,90 @@ class ArrayReader:
 
     def fill(self, coords: tuple[int, ...], value: Any, slot_view: np.ndarray) -> None:
         """Write ``value`` over one chunk's region of a slot (missing or bad chunk)."""
-        dst, _ = self._regions(coords)
-        slot_view[dst] = value
+        slot_view[self._placement_of(coords).dst(self.rows_in_slab(coords[self.geom.sample_axis]))] = value
 
     def _assign(self, coords: tuple[int, ...], chunk: np.ndarray, slot_view: np.ndarray) -> None:
-        dst, src = self._regions(coords)
+        rows = self.rows_in_slab(coords[self.geom.sample_axis])
+        placement = self._placement_of(coords)
         moved = np.moveaxis(chunk, self.geom.sample_axis, 0)
-        slot_view[dst] = moved[src]
+        slot_view[placement.dst(rows)] = placement.take(moved, rows)
 
-    def _regions(self, coords: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-        """Destination slices in the slot and source slices in the moved chunk."""
-        g = self.geom
-        ax = g.sample_axis
-        rows = self.rows_in_slab(coords[ax])
-        dst = [slice(0, rows)]
-        src = [slice(0, rows)]
-        for d, (c, size, extent) in enumerate(zip(coords, g.chunk_shape, g.shape, strict=True)):
-            if d == ax:
+    def _placement_of(self, coords: tuple[int, ...]) -> _Placement:
+        """Where one chunk's selected values go in a slot; the same for every slab, so cached by the
+        chunk's coordinates off the sample axis."""
+        ax = self.geom.sample_axis
+        key = coords[:ax] + coords[ax + 1 :]
+        found = self._placement.get(key)
+        if found is None:
+            found = self._placement[key] = _Placement.build(self.geom, coords)
+        return found
+
+
+class _Placement:
+    """Destination (slot, sample axis first) and source (chunk, sample axis moved first) indices of
+    one chunk, off the sample axis. An axis index is a slice, an index array (a list selection), or
+    an integer (a dropped axis, source only); two or more arrays index as an outer product."""
+
+    __slots__ = ("_drop", "_dst", "_src")
+
+    def __init__(self, dst: list[Any], drop: tuple[Any, ...], src: list[Any]) -> None:
+        self._dst = dst
+        self._drop = drop
+        self._src = src
+
+    @classmethod
+    def build(cls, geom: ArrayGeometry, coords: tuple[int, ...]) -> _Placement:
+        dst: list[Any] = []
+        drop: list[Any] = [slice(None)]
+        src: list[Any] = []
+        for d, (c, size, extent) in enumerate(zip(coords, geom.chunk_shape, geom.shape, strict=True)):
+            if d == geom.sample_axis:
                 continue
             lo = c * size
             hi = min(lo + size, extent)
-            dst.append(slice(lo, hi))
-            src.append(slice(0, hi - lo))
-        return tuple(dst), tuple(src)
+            chosen = geom.axis_selection(d)
+            if chosen is None:
+                dst.append(slice(lo, hi))
+                src.append(slice(0, hi - lo))
+                drop.append(slice(None))
+                continue
+            if not chosen.keep:
+                drop.append(chosen.indices[0] - lo)
+                continue
+            idx = chosen.array
+            pos = np.flatnonzero((idx >= lo) & (idx < hi))
+            dst.append(_run_or_array(pos))
+            src.append(_run_or_array(idx[pos] - lo))
+            drop.append(slice(None))
+        dropped = tuple(drop) if any(not isinstance(i, slice) for i in drop) else ()
+        return cls(dst, dropped, src)
+
+    def dst(self, rows: int) -> tuple[Any, ...]:
+        return _outer([slice(0, rows), *self._dst])
+
+    def take(self, moved: np.ndarray, rows: int) -> np.ndarray:
+        if self._drop:
+            moved = moved[self._drop]
+        return moved[_outer([slice(0, rows), *self._src], moved.shape)]
+
+
+def _run_or_array(values: np.ndarray) -> slice | np.ndarray:
+    """A slice when ``values`` is one ascending run (basic indexing: a view, no gather)."""
+    if len(values) and int(values[-1]) - int(values[0]) == len(values) - 1 and (np.diff(values) == 1).all():
+        return slice(int(values[0]), int(values[-1]) + 1)
+    return values
+
+
+def _outer(index: list[Any], shape: tuple[int, ...] | None = None) -> tuple[Any, ...]:
+    """``index`` as an outer (orthogonal) index: numpy broadcasts two index arrays together instead."""
+    if sum(isinstance(i, np.ndarray) for i in index) < 2:
+        return tuple(index)
+    axes = []
+    for d, i in enumerate(index):
+        if isinstance(i, slice):
+            stop = i.stop if i.stop is not None else (shape[d] if shape is not None else None)
+            assert stop is not None, "an open slice needs the shape"
+            axes.append(np.arange(i.start or 0, stop))
+        else:
+            axes.append(i)
+    return np.ix_(*axes)

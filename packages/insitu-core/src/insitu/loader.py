@@ -305,12 +305,13 @@ class ArrayLoader:
             self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
-        region = tuple(slice(lo, hi) if d == g.sample_axis else slice(None) for d in range(len(g.shape)))
+        region, axis = _zarr_region(g, lo, hi)
         token = SLAB_SOURCES.set(entry.sources)  # None unless a persisted cache tracks sources
         try:
             async with self.engine.inflight:
                 self.stats.reads += 1
-                data = await self._zarr_array.getitem(region)
+                # Orthogonal: a selection on other axes reads only the chunks it touches.
+                data = await self._zarr_array.get_orthogonal_selection(region)
         except Exception as exc:
             self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), _bad_kind(exc))
             return
@@ -319,7 +320,7 @@ class ArrayLoader:
         view = self.target(entry)
 
         def place() -> None:
-            view[: hi - lo] = np.moveaxis(np.asarray(data), g.sample_axis, 0)
+            view[: hi - lo] = np.moveaxis(np.asarray(data), axis, 0)
 
         def done(res: Any) -> None:
             err = _error_or_none(res)
@@ -411,6 +412,25 @@ class ArrayLoader:
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
 MAX_ITEMS_PER_JOB = 8
+
+
+def _zarr_region(g: ArrayGeometry, lo: int, hi: int) -> tuple[tuple[Any, ...], int]:
+    """zarr's orthogonal selection for samples ``[lo, hi)`` and the array's selection, and where the
+    sample axis is in the result (axes dropped by an integer selection before it move it left)."""
+    region: list[Any] = []
+    axis = g.sample_axis
+    for d in range(len(g.shape)):
+        chosen = g.axis_selection(d)
+        if d == g.sample_axis:
+            region.append(slice(lo, hi))
+        elif chosen is None:
+            region.append(slice(None))
+        elif not chosen.keep:
+            region.append(chosen.indices[0])
+            axis -= d < g.sample_axis
+        else:
+            region.append(chosen.array)
+    return tuple(region), axis
 
 
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
