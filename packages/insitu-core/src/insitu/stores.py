@@ -15,9 +15,11 @@ builder's included.
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, unquote_plus
@@ -26,6 +28,7 @@ from zarr.abc.buffer import Buffer
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore
 
+from insitu.errors import ConfigError
 from insitu.plugins import PluginNotFoundError, get_registry
 
 #: Accepted ``mode`` values (zarr's names). Only "r" is read-only; no mode deletes
@@ -111,6 +114,15 @@ def open_store(
     directory or memory store, and never delete anything. The builder is
     called as ``builder(url, read_only=mode == "r", **options)``.
 
+    ``storage_options={...}`` (the fsspec / xarray spelling) goes to builders
+    that declare a ``storage_options`` parameter: insitu-stores' fsspec
+    builder passes it to the filesystem unchanged, its obstore builder (the
+    default for ``s3://``, ``gs://``, ``az://``...) translates each key to
+    obstore's configuration or refuses it (see ``insitu_stores.obstore_store``).
+    ``None`` or an empty mapping is the same as leaving it out; a non-empty
+    one for a builder without that parameter (local paths, ``memory://``,
+    Icechunk) is a :class:`~insitu.errors.ConfigError` naming the builder.
+
     Raises ``FileNotFoundError`` naming a missing local path or memory store,
     ``ValueError`` for a malformed URL, and :class:`UnknownSchemeError` (a
     ``ValueError`` and ``KeyError``) naming the scheme and the package to
@@ -137,6 +149,8 @@ def open_store(
             hint = f"; install one with: pip install '{package}'" if package else _cloud_hint()
             known = [s for s in exc.known if s]  # "" is plain paths, not a scheme to type
             raise UnknownSchemeError("URL schemes", scheme, known, hint) from None
+    if "storage_options" in options:
+        _route_storage_options(builder, options)
     try:
         store = builder(url, read_only=mode == "r", **options)
     except Exception as exc:
@@ -148,6 +162,38 @@ def open_store(
             f"store builder for {redact_url(url)!r} returned {type(store).__name__}, not a zarr Store"
         )
     return store
+
+
+def _route_storage_options(builder: Any, options: dict[str, Any]) -> None:
+    """Check ``options["storage_options"]`` and keep it only for a builder that declares it.
+
+    An empty one is dropped (there is nothing in it to lose); a non-empty one
+    for a builder without a ``storage_options`` parameter is refused rather
+    than handed to a ``**kwargs`` that would read it as one option of that name.
+    """
+    given = options.pop("storage_options")
+    if given is None:
+        return
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"storage_options must be a dict of options, got {type(given).__name__}")
+    if not given:
+        return
+    bad = [k for k in given if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"storage_options keys must be strings, got {bad[0]!r}")
+    target = getattr(builder, "insitu_target", builder)  # a lazily imported builder's function
+    try:
+        param = inspect.signature(target).parameters.get("storage_options")
+    except (TypeError, ValueError):  # no signature to read (a builtin, a C callable): let it decide
+        param = None
+    else:
+        if param is None or param.kind not in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+            name = getattr(target, "__qualname__", None) or type(target).__name__
+            raise ConfigError(
+                f"storage_options is not understood by the store builder {name}; "
+                f"pass its options as keywords (given: {', '.join(sorted(given))})"
+            )
+    options["storage_options"] = dict(given)
 
 
 def _cloud_hint() -> str:
