@@ -27,13 +27,14 @@ import inspect
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import FsspecStore
 
+from insitu.errors import ConfigError
 from insitu.fetch import RetryPolicy
 from insitu.stores import redact_url
 from insitu_stores.errors import (
@@ -96,7 +97,8 @@ def fsspec_store(
     requester_pays: bool = False,
     allow_http: bool | None = None,
     retry: RetryPolicy | None = None,
-    **storage_options: Any,
+    storage_options: Mapping[str, Any] | None = None,
+    **fs_options: Any,
 ) -> FsspecLoopStore:
     """A zarr store over ``url`` through fsspec (s3fs, gcsfs, adlfs, HTTP, local files...).
 
@@ -105,7 +107,13 @@ def fsspec_store(
     ``token="anon"``), ``endpoint`` (``endpoint_url``), ``region``,
     ``requester_pays``, and for S3 ``access_key_id`` / ``secret_access_key``
     / ``session_token`` (s3fs ``key`` / ``secret`` / ``token``). Other
-    ``storage_options`` go to the filesystem unchanged. ``retry``
+    keywords go to the filesystem unchanged, and so does
+    ``storage_options={...}`` (the fsspec / xarray spelling), key for key. An
+    option set twice (the same key in ``storage_options`` and as a keyword,
+    or a shared option and its fsspec spelling: ``anonymous=`` and ``anon``,
+    ``endpoint=`` and ``endpoint_url``, ``region=`` and
+    ``client_kwargs.region_name``, ``access_key_id=`` and ``key``...) raises
+    :class:`~insitu.errors.ConfigError` naming both. ``retry``
     (``insitu.RetryPolicy``) sets the attempts, backoff and per-request
     timeout; the store applies it itself (s3fs's, gcsfs's and botocore's own
     retries are turned down to one attempt), and insitu's engine does not
@@ -121,7 +129,8 @@ def fsspec_store(
         raise ImportError("fsspec_store needs fsspec: pip install 'insitu-stores[fsspec]'")
     loc = parse_location(url)
     retry = retry or DEFAULT_RETRY
-    options = _map_options(loc, anonymous, endpoint, region, requester_pays, retry, storage_options)
+    given = _merge_storage_options(_fsspec_names(loc, fs_options), storage_options)
+    options = _map_options(loc, anonymous, endpoint, region, requester_pays, retry, given)
     redact = Redactor.from_options(options, urls=(url, endpoint))
     try:
         template = FsspecStore.from_url(url, storage_options=options, read_only=read_only)
@@ -138,6 +147,38 @@ def fsspec_store(
     return FsspecLoopStore(template, url=url, options=options, endpoint=endpoint, retry=retry, redact=redact)
 
 
+# The shared keywords that renamed to an s3fs option, for the messages about setting one twice.
+_S3_RENAMES = {"access_key_id": "key", "secret_access_key": "secret", "session_token": "token"}
+
+
+def _fsspec_names(loc: Location, fs_options: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Keyword options by their fsspec name: ``{fsspec name: (name as shown, value)}``."""
+    out: dict[str, tuple[str, Any]] = {}
+    for name, value in fs_options.items():
+        theirs = _S3_RENAMES.get(name, name) if loc.service == "s3" else name
+        if theirs in out:
+            raise ConfigError(f"{out[theirs][0]} and {name}= set the same option ({theirs}); give it once")
+        out[theirs] = (f"{name}=", value)
+    return out
+
+
+def _merge_storage_options(
+    keywords: dict[str, tuple[str, Any]], storage_options: Mapping[str, Any] | None
+) -> dict[str, tuple[str, Any]]:
+    """Keyword options and ``storage_options`` in one dict, refusing a key given both ways."""
+    merged = dict(keywords)
+    if storage_options is None:
+        return merged
+    if not isinstance(storage_options, Mapping):
+        raise ConfigError(f"storage_options must be a dict of options, got {type(storage_options).__name__}")
+    for name, value in storage_options.items():
+        shown = f"storage_options[{name!r}]"
+        if name in merged:
+            raise ConfigError(f"{shown} and {merged[name][0]} set the same option; give it once")
+        merged[name] = (shown, value)
+    return merged
+
+
 def _map_options(
     loc: Location,
     anonymous: bool,
@@ -145,9 +186,30 @@ def _map_options(
     region: str | None,
     requester_pays: bool,
     retry: RetryPolicy,
-    given: dict[str, Any],
+    given: dict[str, tuple[str, Any]],
 ) -> dict[str, Any]:
-    opts = dict(given)
+    """The filesystem's options: ``given`` (``{fsspec name: (name as shown, value)}``) and the
+    shared keywords in its spelling. Raises :class:`ConfigError` when a shared keyword sets an
+    option ``given`` already holds."""
+    opts = {name: value for name, (_, value) in given.items()}
+    if isinstance(opts.get("client_kwargs"), Mapping):
+        opts["client_kwargs"] = dict(opts["client_kwargs"])  # filled in below; never the caller's dict
+
+    def set_once(keyword: str, name: str, value: Any, nested: str | None = None) -> None:
+        if nested is None:
+            if name in opts:
+                raise ConfigError(f"{given[name][0]} and {keyword}= set the same option; give it once")
+            opts[name] = value
+            return
+        inner = opts.setdefault(name, {})
+        if not isinstance(inner, dict):
+            raise ConfigError(f"{given[name][0]} must be a dict, got {type(inner).__name__}")
+        if nested in inner:
+            raise ConfigError(
+                f"{given[name][0]}[{nested!r}] and {keyword}= set the same option; give it once"
+            )
+        inner[nested] = value
+
     service = loc.service
     for name, value, applies in (
         ("anonymous", anonymous, service in ("s3", "gs", "az")),
@@ -158,21 +220,20 @@ def _map_options(
         if value and not applies:
             raise ValueError(f"{name}= does not apply to {loc.scheme}:// URLs ({loc.safe_url!r})")
     if service == "s3":
-        for ours, theirs in (
-            ("access_key_id", "key"),
-            ("secret_access_key", "secret"),
-            ("session_token", "token"),
-        ):
-            if ours in opts:
-                opts[theirs] = opts.pop(ours)
         if anonymous:
-            opts["anon"] = True
+            set_once("anonymous", "anon", True)
         if endpoint:
-            opts["endpoint_url"] = endpoint
+            client_kwargs = opts.get("client_kwargs")
+            if isinstance(client_kwargs, dict) and "endpoint_url" in client_kwargs:
+                raise ConfigError(
+                    f"{given['client_kwargs'][0]}['endpoint_url'] and endpoint= set the same option; "
+                    "give it once"
+                )
+            set_once("endpoint", "endpoint_url", endpoint)
         if region:
-            opts.setdefault("client_kwargs", {})["region_name"] = region
+            set_once("region", "client_kwargs", region, nested="region_name")
         if requester_pays:
-            opts["requester_pays"] = True
+            set_once("requester_pays", "requester_pays", True)
         # s3fs reads a whole object with several concurrent range GETs when max_concurrency > 1,
         # and asks for its size first (a HEAD) to decide: two round trips per chunk for the
         # whole-chunk reads the engine makes. One GET each.
@@ -188,18 +249,18 @@ def _map_options(
         opts["config_kwargs"] = config
     elif service == "gs":
         if anonymous:
-            opts["token"] = "anon"
+            set_once("anonymous", "token", "anon")
         if endpoint:
-            opts["endpoint_url"] = endpoint
+            set_once("endpoint", "endpoint_url", endpoint)
         if requester_pays:
-            opts["requester_pays"] = True
+            set_once("requester_pays", "requester_pays", True)
     elif service == "file":
         opts.setdefault("auto_mkdir", True)  # zarr writes "a/zarr.json" before any "a/" exists
     elif service == "az":
         if anonymous:
-            opts["anon"] = True
+            set_once("anonymous", "anon", True)
         if endpoint:
-            opts["account_host"] = endpoint
+            set_once("endpoint", "account_host", endpoint)
     return opts
 
 

@@ -23,8 +23,17 @@ is guessed from the message text.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +41,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import ObjectStore
 
+from insitu.errors import ConfigError
 from insitu.fetch import RetryPolicy
 from insitu.stores import redact_url
 from insitu_stores.errors import (
@@ -65,6 +75,7 @@ def obstore_store(
     allow_http: bool | None = None,
     retry: RetryPolicy | None = None,
     client_options: dict[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     **config: Any,
 ) -> ObstoreStore:
     """A zarr store over ``url`` (s3, gs, az, http(s), file, memory) through obstore.
@@ -83,6 +94,43 @@ def obstore_store(
       (``insitu.RetryPolicy``), applied by obstore's client; the store is the
       only layer that retries its requests.
     - ``client_options`` and any other ``config`` go to ``obstore.store.from_url``.
+    - ``storage_options``: the fsspec spelling (s3fs, gcsfs, adlfs keys), as
+      xarray takes it. Each key becomes the obstore option of the same
+      meaning (:data:`STORAGE_OPTIONS`):
+
+      ====================================  =================================================
+      storage_options                       obstore
+      ====================================  =================================================
+      ``anon`` (s3, gs, az)                 ``skip_signature`` (as ``anonymous=``)
+      ``key`` / ``secret`` / ``token`` (s3) ``access_key_id`` / ``secret_access_key`` /
+                                            ``session_token``
+      ``client_kwargs.aws_access_key_id``,  the same three
+      ``..aws_secret_access_key``,
+      ``..aws_session_token`` (s3)
+      ``endpoint_url``, or                  ``endpoint`` (as ``endpoint=``; GCS: ``base_url``);
+      ``client_kwargs.endpoint_url`` (s3)   ``http://`` also sets ``client_options.allow_http``
+      ``region``,                           ``region``
+      ``client_kwargs.region_name`` (s3)
+      ``requester_pays`` (s3)               ``request_payer``
+      ``token`` (gs)                        ``"anon"``: ``skip_signature``; a path:
+                                            ``service_account``; a service-account dict:
+                                            ``service_account_key``; ``"google_default"``:
+                                            obstore's default (Application Default Credentials)
+      ``account_name``, ``account_key``,    the same names
+      ``client_id``, ``client_secret``,
+      ``tenant_id`` (az)
+      ``sas_token`` (az)                    ``sas_key``
+      ====================================  =================================================
+
+      A value of ``None`` means the backend's default, as in fsspec. Any
+      other key, or a key for another service (``requester_pays`` on
+      ``gs://``), or a value of the wrong type raises
+      :class:`~insitu.errors.ConfigError` (a ``ValueError``) naming the key
+      and listing the keys understood for the URL's scheme; nothing is
+      dropped. An option given both in ``storage_options`` and as a keyword
+      (``anon`` and ``anonymous=``, ``key`` and ``access_key_id=``) is an
+      error naming both. ``open_store(url, backend="fsspec",
+      storage_options=...)`` passes fsspec options unchanged instead.
 
     Building the store sends no request; a wrong bucket, a 403 or an
     unreachable endpoint surface on the first read, as the errors in
@@ -94,6 +142,16 @@ def obstore_store(
     loc = parse_location(url)
     retry = retry or DEFAULT_RETRY
     config = dict(config)
+    if storage_options is not None:
+        anonymous, endpoint, region, requester_pays = _apply_storage_options(
+            loc,
+            storage_options,
+            config,
+            anonymous=anonymous,
+            endpoint=endpoint,
+            region=region,
+            requester_pays=requester_pays,
+        )
     cloud = loc.service in ("s3", "gs", "az")
     _check_applies(loc, "anonymous", anonymous, cloud)
     _check_applies(loc, "endpoint", endpoint, cloud)
@@ -102,7 +160,8 @@ def obstore_store(
     if anonymous:
         config["skip_signature"] = True
     if endpoint:
-        config["endpoint"] = endpoint
+        # obstore's GCS client calls its endpoint base_url (and has no "endpoint" key).
+        config["base_url" if loc.service == "gs" else "endpoint"] = endpoint
     if region:
         config["region"] = region
     if requester_pays:
@@ -138,6 +197,185 @@ def obstore_store(
     return ObstoreStore(
         inner, read_only=read_only, location=loc, endpoint=endpoint, retry=retry, redact=redact
     )
+
+
+# -- storage_options (the fsspec spelling) ---------------------------------------------------------
+_GCS_TOKEN = "<gcsfs token>"  # a target decided by the token's value, see _gcs_token
+
+#: fsspec ``storage_options`` keys obstore understands, per service ("s3", "gs", "az"): the
+#: :func:`obstore_store` keyword (``anonymous``, ``endpoint``, ``region``, ``requester_pays``) or
+#: obstore configuration key each becomes, and the value types fsspec takes for it. A key under
+#: ``client_kwargs`` is written ``client_kwargs.<name>``.
+STORAGE_OPTIONS: dict[str, dict[str, tuple[str, tuple[type, ...]]]] = {
+    "s3": {
+        "anon": ("anonymous", (bool,)),
+        "key": ("access_key_id", (str,)),
+        "secret": ("secret_access_key", (str,)),
+        "token": ("session_token", (str,)),
+        "endpoint_url": ("endpoint", (str,)),
+        "region": ("region", (str,)),
+        "requester_pays": ("requester_pays", (bool,)),
+        "client_kwargs.endpoint_url": ("endpoint", (str,)),
+        "client_kwargs.region_name": ("region", (str,)),
+        "client_kwargs.aws_access_key_id": ("access_key_id", (str,)),
+        "client_kwargs.aws_secret_access_key": ("secret_access_key", (str,)),
+        "client_kwargs.aws_session_token": ("session_token", (str,)),
+    },
+    "gs": {
+        "anon": ("anonymous", (bool,)),
+        "token": (_GCS_TOKEN, (str, dict)),
+        "endpoint_url": ("endpoint", (str,)),
+    },
+    "az": {
+        "anon": ("anonymous", (bool,)),
+        "account_name": ("account_name", (str,)),
+        "account_key": ("account_key", (str,)),
+        "sas_token": ("sas_key", (str,)),
+        "client_id": ("client_id", (str,)),
+        "client_secret": ("client_secret", (str,)),
+        "tenant_id": ("tenant_id", (str,)),
+    },
+}
+_KEYWORD_TARGETS = ("anonymous", "endpoint", "region", "requester_pays")
+# gcsfs token methods that need gcsfs's own machinery (its credential cache, a browser flow,
+# the metadata server by name): obstore has no equivalent to ask for.
+_GCSFS_METHODS = ("cache", "browser", "cloud")
+# Prefixes and aliases obstore accepts for one config key ("aws_access_key_id", "sas_token"...):
+# options that name the same key are the same option, whatever their spelling.
+_CONFIG_PREFIXES = ("aws_", "google_", "azure_storage_", "azure_")
+_CONFIG_ALIASES = {
+    "service_account_path": "service_account",
+    "sas_token": "sas_key",
+    "endpoint_url": "endpoint",
+}
+
+
+def _apply_storage_options(
+    loc: Location,
+    storage_options: Mapping[str, Any],
+    config: dict[str, Any],
+    *,
+    anonymous: bool,
+    endpoint: str | None,
+    region: str | None,
+    requester_pays: bool,
+) -> tuple[bool, str | None, str | None, bool]:
+    """Fold ``storage_options`` into ``config`` (in place) and the four shared keywords (returned).
+
+    Raises :class:`ConfigError` for an option the keywords or ``config`` already set.
+    """
+    keywords: dict[str, Any] = {
+        "anonymous": anonymous,
+        "endpoint": endpoint,
+        "region": region,
+        "requester_pays": requester_pays,
+    }
+    for target, (source, value) in storage_options_to_obstore(loc, storage_options).items():
+        if target in keywords:
+            if keywords[target] not in (None, False):
+                raise _conflict(source, f"{target}=")
+            keywords[target] = value
+            continue
+        clash = next((k for k in config if _config_name(k) == _config_name(target)), None)
+        if clash is not None:
+            raise _conflict(source, f"{clash}=")
+        config[target] = value
+    return keywords["anonymous"], keywords["endpoint"], keywords["region"], keywords["requester_pays"]
+
+
+def storage_options_to_obstore(
+    loc: Location, storage_options: Mapping[str, Any]
+) -> dict[str, tuple[str, Any]]:
+    """``{obstore_store keyword or obstore config key: (storage_options key as shown, value)}``.
+
+    See :data:`STORAGE_OPTIONS`. ``None`` values are left out (fsspec's
+    "use the default"). Raises :class:`ConfigError` naming a key obstore has
+    no equivalent for (with the keys it understands for ``loc``'s service),
+    a value of the wrong type, or two keys that set the same option.
+    """
+    if not isinstance(storage_options, Mapping):
+        raise ConfigError(f"storage_options must be a dict of options, got {type(storage_options).__name__}")
+    rules = STORAGE_OPTIONS.get(loc.service, {})
+    # (name in STORAGE_OPTIONS, name as messages show it, value)
+    flat: list[tuple[str, str, Any]] = []
+    for name, value in storage_options.items():
+        shown = f"storage_options[{name!r}]"
+        if name == "client_kwargs" and any(r.startswith("client_kwargs.") for r in rules):
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{shown} must be a dict, got {type(value).__name__}")
+            flat.extend((f"client_kwargs.{k}", f"{shown}[{k!r}]", v) for k, v in value.items())
+        else:
+            flat.append((str(name), shown, value))
+    out: dict[str, tuple[str, Any]] = {}
+    for name, shown, value in flat:
+        rule = rules.get(name)
+        if rule is None:
+            raise _unknown_option(loc, shown, rules)
+        target, kinds = rule
+        if value is None:
+            continue
+        if not isinstance(value, kinds):
+            wanted = " or ".join("a dict" if k is dict else f"a {k.__name__}" for k in kinds)
+            # Only the type is shown: the value may be a credential.
+            raise ConfigError(f"{shown} must be {wanted}, got {type(value).__name__}")
+        if target == _GCS_TOKEN:
+            found = _gcs_token(value)
+            if found is None:
+                continue
+            target, value = found
+        if target in out:
+            raise ConfigError(
+                f"{out[target][0]} and {shown} set the same option (obstore {target}); give it once"
+            )
+        out[target] = (shown, value)
+    return out
+
+
+def _gcs_token(token: Any) -> tuple[str, Any] | None:
+    """The obstore option for a gcsfs ``token``; ``None`` for obstore's default credentials."""
+    if isinstance(token, dict):
+        if token.get("type") != "service_account":
+            raise ConfigError(
+                "storage_options['token'] as a dict must be service-account JSON "
+                '("type": "service_account"), the only credential dict obstore takes '
+                "(service_account_key); got another kind"
+            )
+        return "service_account_key", json.dumps(token)
+    if token == "anon":
+        return "anonymous", True
+    if token == "google_default":
+        return None  # obstore's default chain is Application Default Credentials too
+    if token in _GCSFS_METHODS:
+        raise ConfigError(
+            f"storage_options['token'] = {token!r} is a gcsfs login method obstore has no equivalent "
+            "for; pass a service-account JSON path or dict, 'anon', 'google_default', or open with "
+            "backend='fsspec'"
+        )
+    return "service_account", token  # gcsfs reads any other string as a service-account JSON file
+
+
+def _unknown_option(loc: Location, shown: str, rules: Mapping[str, Any]) -> ConfigError:
+    understood = ", ".join(sorted(rules)) or "none"
+    return ConfigError(
+        f"{shown} has no obstore equivalent for {loc.scheme}:// URLs "
+        f"(storage_options understood there: {understood}); pass obstore options as keywords, "
+        "or open with backend='fsspec' to hand storage_options to fsspec unchanged"
+    )
+
+
+def _conflict(shown: str, keyword: str) -> ConfigError:
+    return ConfigError(f"{shown} and {keyword} set the same option; give it once")
+
+
+def _config_name(key: str) -> str:
+    name = key.lower()
+    for prefix in _CONFIG_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    return _CONFIG_ALIASES.get(name, name)
 
 
 def retry_config(policy: RetryPolicy) -> dict[str, Any]:
@@ -458,4 +696,11 @@ def _version_of(meta: Any) -> str:
     return str(tag) if tag else f"{meta['size']}-{meta['last_modified'].isoformat()}"
 
 
-__all__ = ["OBSTORE_SCHEMES", "ObstoreStore", "obstore_store", "translate_obstore_error"]
+__all__ = [
+    "OBSTORE_SCHEMES",
+    "STORAGE_OPTIONS",
+    "ObstoreStore",
+    "obstore_store",
+    "storage_options_to_obstore",
+    "translate_obstore_error",
+]
