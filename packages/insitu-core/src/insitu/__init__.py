@@ -24,7 +24,7 @@ from insitu.errors import (
 from insitu.fetch import RetryPolicy
 from insitu.geometry import ArrayGeometry
 from insitu.sources import BatchedView
-from insitu.splits import SplitManifest, split_by_chunk
+from insitu.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.stores import open_store
 
 __version__ = "0.1.0"
@@ -47,6 +47,7 @@ __all__ = [
     "open_geometries",
     "open_store",
     "split_by_chunk",
+    "split_by_coord",
 ]
 
 

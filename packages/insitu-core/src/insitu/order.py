@@ -5,6 +5,12 @@ permuted, grouped into blocks of ``block_chunks`` consecutive chunks of that
 permutation, and samples are shuffled inside each block. A block is the unit
 of residency: its chunks are decoded together and its samples gathered from
 the pool, so memory scales with ``block_chunks``, not with the dataset.
+
+A split holds a run of samples of each of its chunks: the chunk clipped to the
+split's sample range. In the ``"all"`` view a chunk shared by two splits (a
+coordinate range cut it, see :func:`insitu.splits.split_by_coord`) carries one
+run per split; it is still one unit of the permutation, so it is read once per
+pass, by one rank, and each split's samples of it are delivered once.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import numpy as np
 import numpy.random
 
 from insitu.errors import ConfigError
-from insitu.splits import SplitManifest
+from insitu.splits import SplitManifest, clip_chunks, concat_runs
 
 
 @dataclass(frozen=True)
@@ -43,10 +49,35 @@ def epoch_rng(seed: int, epoch: int, split: str) -> np.random.Generator:
 
 
 def split_chunks(manifest: SplitManifest, split: str) -> tuple[int, ...]:
-    """Chunk ids of a split; ``"all"`` is every split's chunks, ascending."""
+    """Chunk ids of a split; ``"all"`` is every split's chunks, ascending, each once."""
     if split == "all" and "all" not in manifest.splits:
-        return tuple(sorted(c for chunks in manifest.splits.values() for c in chunks))
+        return tuple(sorted({c for chunks in manifest.splits.values() for c in chunks}))
     return manifest.chunks(split)
+
+
+def split_runs(
+    manifest: SplitManifest, split: str, anchor_range: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The entries ``(chunk, first, size)`` of a split: each chunk's run of valid samples
+    ``[first, first + size)``, clipped to the split's range and to ``anchor_range``.
+
+    ``"all"`` (unless a split has that name) is every split's entries sorted by chunk, then
+    by first sample: a chunk shared by two splits has one entry per split, side by side.
+    Computed for all chunks at once, since a per-chunk loop costs seconds at a million chunks.
+    """
+    if split == "all" and "all" not in manifest.splits:
+        parts = []
+        for name in manifest.splits:  # a loop over splits, not chunks
+            chunks = np.asarray(manifest.splits[name], dtype=np.int64)
+            parts.append((chunks, *_chunk_runs(manifest, chunks, anchor_range, name)))
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        chunks, first, sizes = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        order = np.lexsort((first, chunks))
+        return chunks[order], first[order], sizes[order]
+    chunks = np.asarray(manifest.chunks(split), dtype=np.int64)
+    return (chunks, *_chunk_runs(manifest, chunks, anchor_range, split))
 
 
 def epoch_order(
@@ -81,25 +112,32 @@ def epoch_order(
     Arguments are validated where users give them (:mod:`insitu.options`);
     only what depends on the data (more ranks than chunks) is checked here.
     """
-    chunks = np.asarray(split_chunks(manifest, split), dtype=np.int64)
+    chunks, first, sizes = split_runs(manifest, split, anchor_range)
     if len(chunks) == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
         return EpochOrder(np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), ())
-    # Each chunk's valid samples are one run [first, first + size): computed for every chunk at
-    # once, since a per-chunk loop costs seconds at a million chunks (and shows in time to first batch).
-    first, sizes = _chunk_runs(manifest, chunks, anchor_range)
     keep = sizes > 0
     chunks, first, sizes = chunks[keep], first[keep], sizes[keep]
-    if world_size > len(chunks):
+    # The unit of the permutation is a chunk: its entries are adjacent (several only in "all",
+    # where a chunk cut by a coordinate range has one run per split).
+    unit_start = (
+        np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1]))) if len(chunks) else chunks
+    )
+    n_units = len(unit_start)
+    if world_size > n_units:
         raise ConfigError(
-            f"world_size={world_size} exceeds the {len(chunks)} chunk(s) with valid samples in split {split!r}"
+            f"world_size={world_size} exceeds the {n_units} chunk(s) with valid samples in split {split!r}"
         )
+    single = n_units == len(chunks)  # one entry per chunk: every split but "all" over shared chunks
+    unit_entries = np.diff(np.append(unit_start, len(chunks)))
+    unit_chunk = chunks if single else chunks[unit_start]
+    unit_size = sizes if single else np.add.reduceat(sizes, unit_start)
 
     rng = epoch_rng(seed, epoch, split)
-    perm = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
+    perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
     mine = perm[rank::world_size]
     limit = None
     if world_size > 1:
-        per_rank = [int(sizes[perm[r::world_size]].sum()) for r in range(world_size)]
+        per_rank = [int(unit_size[perm[r::world_size]].sum()) for r in range(world_size)]
         limit = min(per_rank) if uneven == "drop" else max(per_rank)
 
     anchors: list[np.ndarray] = []
@@ -108,7 +146,8 @@ def epoch_order(
     total = 0
     for b0, b1 in _block_bounds(len(mine), block_chunks, first_block_chunks):
         idx = mine[b0:b1]
-        block = _runs(first[idx], sizes[idx])
+        entries = idx if single else concat_runs(unit_start[idx], unit_entries[idx])
+        block = concat_runs(first[entries], sizes[entries])
         if shuffle:
             block = block[rng.permutation(len(block))]
         if limit is not None and total + len(block) > limit:
@@ -118,7 +157,7 @@ def epoch_order(
         anchors.append(block)
         total += len(block)
         starts.append(total)
-        groups.append(tuple(int(chunks[i]) for i in idx))
+        groups.append(tuple(unit_chunk[idx].tolist()))
     n_valid = -1
     if limit is not None and total < limit:  # uneven="pad": repeat this rank's own samples
         own = np.concatenate(anchors)
@@ -132,24 +171,16 @@ def epoch_order(
 
 
 def _chunk_runs(
-    manifest: SplitManifest, chunks: np.ndarray, anchor_range: tuple[int, int]
+    manifest: SplitManifest, chunks: np.ndarray, anchor_range: tuple[int, int], split: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """First valid sample and number of valid samples of each chunk (``chunk_samples`` clipped
-    to ``anchor_range``), for all chunks at once."""
-    length = manifest.chunk_len
-    lo = max(manifest.sample_range[0], anchor_range[0])
-    hi = min(manifest.sample_range[1], manifest.n_samples, anchor_range[1])
-    first = np.maximum(chunks * length, lo)
-    stop = np.minimum((chunks + 1) * length, hi)
-    return first, np.maximum(stop - first, 0)
+    """First valid sample and number of valid samples of each chunk of ``split``
+    (``chunk_samples(chunk, split)`` clipped to ``anchor_range``), for all chunks at once.
 
-
-def _runs(first: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(f, f + n)`` for each (f, n), without a Python loop."""
-    total = int(sizes.sum())
-    ends = np.cumsum(sizes)
-    # Position k of the output belongs to run r: value = first[r] + (k - start of run r).
-    return np.repeat(first - (ends - sizes), sizes) + np.arange(total, dtype=np.int64)
+    The chunk is clipped to the split's own sample range when the manifest has per-split
+    ranges (coordinate splits), else to the global ``sample_range``.
+    """
+    lo, hi = manifest.sample_range_of(split)
+    return clip_chunks(chunks, manifest.chunk_len, (max(lo, anchor_range[0]), min(hi, anchor_range[1])))
 
 
 def _block_bounds(n: int, block_chunks: int, first: int | None) -> list[tuple[int, int]]:
