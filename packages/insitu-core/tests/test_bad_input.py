@@ -98,7 +98,7 @@ def test_bad_sample_axis(setup) -> None:
     store, _, _ = setup
     with pytest.raises(ConfigError, match="sample_axis=5"):
         insitu.open_geometries(store, variables=["a"], sample_axis=5)
-    with pytest.raises(ConfigError, match="no dimension named 'time'"):
+    with pytest.raises(ConfigError, match="has no dimension 'time'"):
         insitu.open_geometries(store, variables=["a"], sample_axis="time")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
-from insitu.discovery import open_geometries
+from insitu.discovery import Geometries, open_geometries, select
 from insitu.errors import (
     BadChunkError,
     CacheInUseError,
@@ -26,6 +26,7 @@ from insitu.geometry import ArrayGeometry
 from insitu.sources import BatchedView
 from insitu.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.stores import open_store
+from insitu.xarray_source import from_xarray, geometries_from_xarray
 
 __version__ = "0.1.0"
 
@@ -38,14 +39,18 @@ __all__ = [
     "ConfigError",
     "DatasetClosedError",
     "DatasetView",
+    "Geometries",
     "InSituDataset",
     "InSituError",
     "RetryPolicy",
     "SplitManifest",
     "StaleCacheError",
     "__version__",
+    "from_xarray",
+    "geometries_from_xarray",
     "open_geometries",
     "open_store",
+    "select",
     "split_by_chunk",
     "split_by_coord",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -15,7 +16,9 @@ class Batch(Mapping[str, np.ndarray]):
     ``sample_indices`` are the anchor positions along the sample axis (the
     index a user would use on the source array for an unshifted variable).
     ``read_indices[label]`` is where each row of ``data[label]`` was read:
-    ``sample_indices + offset`` for a shifted (windowed) label.
+    ``sample_indices + offset`` for a shifted (windowed) label. A static label
+    (an array without the sample dimension, such as a land-sea mask) holds the
+    whole array once per batch, without a sample axis, and has no read indices.
     """
 
     data: Mapping[str, np.ndarray]
@@ -25,6 +28,25 @@ class Batch(Mapping[str, np.ndarray]):
     epoch: int = 0
     index: int = 0
     valid: np.ndarray | None = None  # with uneven="pad": False for padding rows; None: all rows real
+    sample_dim: str | None = None  # name of the sample dimension, when the arrays name theirs
+    sample_coord: np.ndarray | None = field(default=None, repr=False)  # its values for every sample index
+
+    @property
+    def coords(self) -> dict[str, np.ndarray]:
+        """``{sample_dim: values}``: the sample coordinate (decoded: CF time is ``datetime64``) of
+        each row's anchor; empty when the store has no coordinate for the sample dimension."""
+        if self.sample_dim is None or self.sample_coord is None:
+            return {}
+        return {self.sample_dim: self.sample_coord[self.sample_indices]}
+
+    def coords_of(self, label: str) -> dict[str, np.ndarray]:
+        """The sample coordinate where each row of ``label`` was read: a shifted label such as
+        ``t2m+24`` carries its own times (the anchors' plus 24 steps)."""
+        if label not in self.data:
+            raise KeyError(f"no label {label!r} in this batch; labels are {list(self.data)}")
+        if self.sample_dim is None or self.sample_coord is None or label not in self.read_indices:
+            return {}
+        return {self.sample_dim: self.sample_coord[self.read_indices[label]]}
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.data[label]
@@ -42,9 +64,7 @@ class Batch(Mapping[str, np.ndarray]):
 
     def replace(self, data: Mapping[str, np.ndarray]) -> Batch:
         """A copy of this batch with new arrays (used by batch transforms)."""
-        return Batch(
-            dict(data), self.sample_indices, self.read_indices, self.split, self.epoch, self.index, self.valid
-        )
+        return dataclasses.replace(self, data=dict(data))
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self.data.items())

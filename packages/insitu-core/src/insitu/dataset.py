@@ -38,6 +38,7 @@ from insitu.order import epoch_order
 from insitu.plan import EpochPlan, plan_epoch
 from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
 from insitu.splits import SplitManifest
+from insitu.statics import read_statics, static_spec
 from insitu.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
 
@@ -80,6 +81,7 @@ class InSituDataset:
         readahead_blocks: int = 2,
         retry: RetryPolicy | None = None,
         decoders: Sequence[str] | None = None,
+        cf_decode: bool | Mapping[str, bool] = True,
     ) -> None:
         self._closed = True  # until construction succeeds: a half-built dataset has nothing to release
         self.options = read_options(
@@ -114,20 +116,33 @@ class InSituDataset:
             store = open_store(store)
         self.store = store
         self.manifest = manifest
-        self.labels = _labels(store, geometries, manifest)
+        every = _labels(store, geometries, manifest)
+        self.labels = tuple(g for g in every if not g.static)
+        self.statics = tuple(g for g in every if g.static)
+        if not self.labels:
+            raise ConfigError(
+                f"every label is static ({[g.label for g in every]}); at least one array must have the "
+                "sample dimension"
+            )
         self.anchor_range = self._anchor_range()
         self._check_splits()
 
         arrays = {g.path: g.shift(-g.offset) for g in self.labels}
+        transforms = _chunk_transforms(chunk_transforms, [*arrays.values(), *self.statics])
+        transforms, error_fills = _with_cf_decoding(transforms, [*arrays.values(), *self.statics], cf_decode)
         if self.on_bad_chunk is BadChunkPolicy.NAN:
-            ints = {g.name: str(g.dtype) for g in arrays.values() if g.dtype.kind not in "fc"}
+            ints = {
+                g.name: str(g.dtype)
+                for g in arrays.values()
+                if g.dtype.kind not in "fc" and g.name not in error_fills
+            }
             if ints:
                 raise ConfigError(
                     f"on_bad_chunk='nan' cannot mark bad chunks of integer array(s) {ints}: their samples "
-                    "would hold the fill value, which looks like data; use on_bad_chunk='skip' (or 'raise')"
+                    "would hold the fill value, which looks like data (and no CF fill value decodes to NaN); use on_bad_chunk='skip' (or 'raise')"
                 )
-        transforms = _chunk_transforms(chunk_transforms, arrays.values())
         specs = {path: output_spec(g, transforms.get(g.name, ())) for path, g in arrays.items()}
+        static_bytes = sum(static_spec(g, transforms.get(g.name, ())).nbytes for g in self.statics)
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
         self._epoch = 0
         self._pid = os.getpid()
@@ -136,7 +151,13 @@ class InSituDataset:
         self._iterators: weakref.WeakSet[ViewIterator] = weakref.WeakSet()
         self._views: dict[tuple[str, int, int], DatasetView] = {}
         self._plans: dict[tuple[str, int], EpochPlan] = {}
-        budget = self.cache_options.budget_bytes
+        # Static fields stay resident for the dataset's life: the pool gets what they leave.
+        budget = self.cache_options.budget_bytes - static_bytes
+        if self.statics and budget <= 0:
+            raise ConfigError(
+                f"static field(s) {[g.label for g in self.statics]} take {static_bytes} bytes, the whole "
+                f"cache_budget_bytes={self.cache_options.budget_bytes}; raise the budget or select a region"
+            )
         block_samples = self.options.block_chunks * manifest.chunk_len
         slots = slots_per_array(arrays, specs, budget, block_samples, self.labels)
         self._cache = None
@@ -160,9 +181,24 @@ class InSituDataset:
             retry=retry or RetryPolicy(),
             decoders=decoders,
             track_sources=self.cache_options.persist,
+            error_fills=error_fills,
         )
-        self.gatherer = Gatherer(self.pool, self.labels, batch_transforms)
+        self.sample_dim = _sample_dim(self.labels)
+        values = self.labels[0].coords.get(self.sample_dim) if self.sample_dim is not None else None
         self._closed = False
+        try:
+            self.static_values = run_sync(read_statics(store, self.engine.fetcher, self.statics, transforms))
+        except BaseException:
+            self._closed = True
+            self.engine.shutdown_threads()
+            raise
+        self.gatherer = Gatherer(
+            self.pool,
+            self.labels,
+            batch_transforms,
+            statics=self.static_values,
+            sample_coord=None if values is None else (self.sample_dim, values),  # type: ignore[arg-type]
+        )
         if self._cache is not None:
             try:
                 run_sync(self._cache.restore(self.pool, self.engine))
@@ -213,6 +249,36 @@ class InSituDataset:
     @property
     def uneven(self) -> str:
         return self.sharding.uneven
+
+    @property
+    def coords(self) -> dict[str, np.ndarray]:
+        """Coordinate values of every dimension the labels deliver (selections applied), and of
+        the sample dimension (every sample). A dimension two labels select differently is left
+        out: read it per label with :meth:`label_coords`."""
+        found: dict[str, np.ndarray] = {}
+        clash: set[str] = set()
+        geoms = [*self.labels, *self.statics]
+        for g in geoms:
+            for dim in g.delivered_dims:
+                values = g.coord(dim) if dim is not None else None
+                if dim is None or values is None:
+                    continue
+                if dim in found and not np.array_equal(found[dim], values):
+                    clash.add(dim)
+                found.setdefault(dim, values)
+        if self.sample_dim is not None and self.sample_dim in self.labels[0].coords:
+            found[self.sample_dim] = self.labels[0].coords[self.sample_dim]
+        return {d: v for d, v in found.items() if d not in clash}
+
+    def label_coords(self, label: str) -> dict[str, np.ndarray]:
+        """Coordinate values of the dimensions of one delivered sample of ``label`` (static: of the
+        delivered array), selection applied."""
+        for g in (*self.labels, *self.statics):
+            if g.label == label:
+                return {d: v for d in g.delivered_dims if d is not None and (v := g.coord(d)) is not None}
+        raise ConfigError(
+            f"unknown label {label!r}; labels are {[g.label for g in (*self.labels, *self.statics)]}"
+        )
 
     # -- validation -----------------------------------------------------------
     def _anchor_range(self) -> tuple[int, int]:
@@ -462,11 +528,57 @@ def _labels(
     by_path: dict[str, ArrayGeometry] = {}
     for g in geoms:
         other = by_path.setdefault(g.path, g)
-        if other.sample_axis != g.sample_axis:
+        if other.sample_axis != g.sample_axis or other.static != g.static:
             raise ConfigError(
                 f"labels {other.label!r} and {g.label!r} read {g.path!r} with different sample axes"
             )
+        if other.selection != g.selection:
+            raise ConfigError(
+                f"labels {other.label!r} and {g.label!r} read {g.path!r} with different selections; "
+                "an array is pooled once: select the union in one label and split it in a batch transform"
+            )
     return tuple(geoms)
+
+
+def _with_cf_decoding(
+    transforms: dict[str, tuple[ChunkTransform, ...]],
+    arrays: Sequence[ArrayGeometry],
+    cf_decode: bool | Mapping[str, bool],
+) -> tuple[dict[str, tuple[ChunkTransform, ...]], dict[str, Any]]:
+    """Each array's chain with CF decoding first where the array carries CF attributes and it is
+    not turned off, and the raw value that marks a bad chunk so that decoding makes it NaN."""
+    from insitu.cf import cf_transform_for
+
+    names = {g.name for g in arrays}
+    if isinstance(cf_decode, Mapping):
+        unknown = sorted(set(cf_decode) - names)
+        if unknown:
+            raise ConfigError(f"cf_decode names unknown array(s) {unknown}; arrays are {sorted(names)}")
+        bad = {k: v for k, v in cf_decode.items() if not isinstance(v, (bool, np.bool_))}
+        if bad:
+            raise ConfigError(f"cf_decode values must be True or False, got {bad}")
+        enabled = {n: bool(cf_decode.get(n, True)) for n in names}
+    elif isinstance(cf_decode, (bool, np.bool_)):
+        enabled = dict.fromkeys(names, bool(cf_decode))
+    else:
+        raise ConfigError(f"cf_decode must be True, False or {{array: bool}}, got {cf_decode!r}")
+    out = dict(transforms)
+    fills: dict[str, Any] = {}
+    for g in arrays:
+        if not enabled[g.name]:
+            continue
+        decode = cf_transform_for(g.metadata, name=g.name)
+        if decode is None:
+            continue
+        out[g.name] = (decode, *transforms.get(g.name, ()))
+        if decode.encoding.fill_values and g.dtype.kind not in "fc":
+            fills[g.name] = decode.encoding.fill_values[0]
+    return out, fills
+
+
+def _sample_dim(labels: Sequence[ArrayGeometry]) -> str | None:
+    names = {g.sample_dim for g in labels}
+    return names.pop() if len(names) == 1 else None
 
 
 def _chunk_transforms(

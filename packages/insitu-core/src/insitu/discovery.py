@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,21 +25,71 @@ _NOT_FOUND = (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError)
 _NOT_A_GROUP = (*_NOT_FOUND, zarr.errors.ContainsArrayError)
 
 SampleAxis = int | str
+logger = logging.getLogger("insitu")
+
+
+class Geometries(dict[str, ArrayGeometry]):
+    """``{name: ArrayGeometry}`` as :func:`open_geometries` found it, with what it decided.
+
+    ``sample_dim`` is the sample dimension's name (None when the arrays do not
+    name their dimensions); ``skipped`` maps each array left out to why;
+    ``coords`` holds the decoded coordinate values found in the store.
+    """
+
+    sample_dim: str | None = None
+    chosen_by_default: bool = False
+    skipped: dict[str, str]
+    coords: dict[str, np.ndarray]
+
+    def report(self) -> str:
+        """One paragraph saying which sample dimension was used and what was left out, and why."""
+        parts = []
+        if self.sample_dim is not None:
+            how = (
+                "chosen by default: the first dimension of most data variables"
+                if self.chosen_by_default
+                else "as given"
+            )
+            parts.append(f"sample dimension {self.sample_dim!r} ({how})")
+        statics = [n for n, g in self.items() if g.static]
+        parts.append(f"arrays {list(self)}" + (f", of which static {statics}" if statics else ""))
+        if self.skipped:
+            parts.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in self.skipped.items()))
+        return ", ".join(parts)
 
 
 def open_geometries(
     store: Store,
     variables: Iterable[str] | None = None,
-    sample_axis: SampleAxis | Mapping[str, SampleAxis] = 0,
+    sample_axis: SampleAxis | Mapping[str, SampleAxis] | None = None,
     *,
     path: str = "",
-) -> dict[str, ArrayGeometry]:
+    include_static: bool = False,
+    sel: Mapping[str, Any] | None = None,
+    isel: Mapping[str, Any] | None = None,
+) -> Geometries:
     """Describe the arrays of a Zarr group: ``{name: ArrayGeometry}``.
 
     ``sample_axis`` is an axis number, a dimension name (``"time"``), or a
-    mapping from array name to either. With ``variables=None`` every numeric
-    array with at least two dimensions (and, for a named sample axis, that
-    dimension) is included; name 1-D arrays explicitly to read them.
+    mapping from array name to either. ``None`` (the default): when the arrays
+    name their dimensions (zarr v3 ``dimension_names`` or xarray's
+    ``_ARRAY_DIMENSIONS``), the dimension that is the first dimension of most
+    data variables (ties: the one most variables have), logged and recorded in
+    ``.sample_dim``; otherwise axis 0.
+
+    With ``variables=None`` every numeric data variable with at least two
+    dimensions is included: coordinate arrays (named like a dimension, or
+    listed in a ``coordinates`` attribute) are not data. An array without the
+    sample dimension is *static* (read once, delivered whole with every
+    batch): included when named in ``variables`` or with
+    ``include_static=True``, otherwise skipped. What was skipped, and why, is
+    in ``.skipped`` and in :meth:`Geometries.report` (logged at INFO).
+
+    Coordinate arrays of the chosen arrays' dimensions are read and decoded
+    (CF time to ``datetime64[ns]``) into each geometry's ``coords``, for
+    :meth:`ArrayGeometry.sel`, :func:`split_by_coord` and ``Batch.coords``.
+    ``sel`` / ``isel`` select on non-sample dimensions of every array having
+    them (see :func:`select`).
 
     Raises ConfigError naming the bad value for a malformed ``variables`` or
     ``sample_axis`` (a mapping naming an array that is not read included),
@@ -44,22 +97,31 @@ def open_geometries(
     """
     wanted = _variable_names(variables)
     explicit = wanted is not None
-    _check_sample_axis(sample_axis)
+    if sample_axis is not None:
+        _check_sample_axis(sample_axis)
     if not isinstance(path, str):
         raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
-    chosen = {name: zarr.Array(a) for name, a in run_sync(_open_arrays(store, path, wanted)).items()}
+    opened = run_sync(_open_arrays(store, path, wanted))
+    chosen = {name: zarr.Array(a) for name, a in opened.items()}
     if isinstance(sample_axis, Mapping):
         unknown = sorted(set(sample_axis) - set(chosen))
         if unknown:
             raise ConfigError(
                 f"sample_axis names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
             )
-    out: dict[str, ArrayGeometry] = {}
+    dims = {name: _dimension_names(arr, arr.metadata.to_dict()) for name, arr in chosen.items()}
+    skipped: dict[str, str] = {}
+    if not explicit:
+        chosen = _data_variables(chosen, dims, skipped)
+    by_default = sample_axis is None
+    if sample_axis is None:
+        sample_axis = _default_sample_dim({n: dims[n] for n in chosen}) or 0
+    out = Geometries()
     for name, arr in chosen.items():
         axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
         try:
-            geom = _geometry_or_none(arr, name, axis_spec, explicit)
+            geom = _geometry_or_none(arr, name, axis_spec, explicit, include_static, skipped)
         except ConfigError as exc:
             if explicit:
                 raise
@@ -70,7 +132,46 @@ def open_geometries(
     if not out:
         raise ConfigError(
             f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
+            + (f" (skipped: {skipped})" if skipped else "")
         )
+    coords, coord_attrs = run_sync(_read_coordinates(store, path, out.values()))
+    for name, geom in out.items():
+        out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
+    out.sample_dim = sample_axis if isinstance(sample_axis, str) else None
+    out.chosen_by_default = by_default and out.sample_dim is not None
+    out.skipped = skipped
+    out.coords = coords
+    if sel or isel:
+        out.update(select(out, sel=sel, isel=isel))
+    logger.info("open_geometries: %s", out.report())
+    return out
+
+
+def select(
+    geometries: Mapping[str, ArrayGeometry],
+    *,
+    sel: Mapping[str, Any] | None = None,
+    isel: Mapping[str, Any] | None = None,
+) -> dict[str, ArrayGeometry]:
+    """Apply ``sel`` (by coordinate value) and ``isel`` (by position) to every geometry having each
+    dimension, as ``xr.Dataset.sel`` does: ``select(geoms, sel={"level": [500, 850]})``.
+
+    A dimension no geometry has is an error naming it; the sample dimension is
+    refused (choose samples with a split)."""
+    out = dict(geometries)
+    for kind, indexers in (("isel", isel), ("sel", sel)):
+        if not indexers:
+            continue
+        if not isinstance(indexers, Mapping):
+            raise ConfigError(f"{kind} must be a mapping {{dimension: selection}}, got {indexers!r}")
+        for dim, key in indexers.items():
+            having = [n for n, g in out.items() if g.dimension_names and dim in g.dimension_names]
+            if not having:
+                known = sorted({d for g in out.values() for d in (g.dimension_names or ()) if d})
+                raise ConfigError(f"{kind}: no array has a dimension {dim!r} (dimensions: {known})")
+            for n in having:
+                g = out[n]
+                out[n] = g.isel({dim: key}) if kind == "isel" else g.sel({dim: key})
     return out
 
 
@@ -140,8 +241,50 @@ async def _members(store: Store, path: str) -> dict[str, Any]:
     return dict(sorted([item async for item in group.arrays()], key=lambda item: item[0]))
 
 
+def _data_variables(
+    arrays: dict[str, zarr.Array], dims: Mapping[str, tuple[str | None, ...] | None], skipped: dict[str, str]
+) -> dict[str, zarr.Array]:
+    """The arrays default discovery reads: not coordinates, numeric, at least two dimensions."""
+    dim_names = {d for names in dims.values() if names for d in names}
+    listed: dict[str, str] = {}  # non-index coordinates, named in a variable's ``coordinates`` attribute
+    for name, arr in arrays.items():
+        for c in str(arr.attrs.get("coordinates", "")).split():
+            listed.setdefault(c, name)
+    out = {}
+    for name, arr in arrays.items():
+        if name in dim_names and dims[name] is not None and tuple(dims[name] or ()) == (name,):
+            skipped[name] = "coordinate"
+        elif name in listed:
+            skipped[name] = f"coordinate of {listed[name]!r}"
+        elif np.dtype(arr.dtype).kind not in "biufc":
+            skipped[name] = f"dtype {arr.dtype} is not numeric"
+        elif arr.ndim < 2:
+            skipped[name] = "one-dimensional: name it in variables= to read it"
+        else:
+            out[name] = arr
+    return out
+
+
+def _default_sample_dim(dims: Mapping[str, tuple[str | None, ...] | None]) -> str | None:
+    """The dimension that leads most arrays (data laid out time-first, as CF and xarray write it);
+    ties go to the one most arrays have at all, then to the name first in order."""
+    named = [names for names in dims.values() if names]
+    if not named:
+        return None
+    leading = Counter(names[0] for names in named if names[0])
+    having = Counter(d for names in named for d in set(names) if d)
+    if not leading:
+        return None
+    return max(leading, key=lambda d: (leading[d], having[d], -sorted(leading).index(d)))
+
+
 def _geometry_or_none(
-    arr: zarr.Array, name: str, axis_spec: SampleAxis, explicit: bool
+    arr: zarr.Array,
+    name: str,
+    axis_spec: SampleAxis,
+    explicit: bool,
+    include_static: bool,
+    skipped: dict[str, str],
 ) -> ArrayGeometry | None:
     meta = arr.metadata.to_dict()
     dims = _dimension_names(arr, meta)
@@ -149,15 +292,29 @@ def _geometry_or_none(
     if dtype.kind not in "biufc":
         if explicit:
             raise ConfigError(f"array {name!r} has dtype {dtype}; only numeric arrays can be batched")
+        skipped[name] = f"dtype {dtype} is not numeric"
         return None
-    if not explicit and arr.ndim < 2:  # coordinates (time, lat, lon): name them to read them
-        return None
+    static = False
+    axis = 0
     if isinstance(axis_spec, str):
-        if dims is None or axis_spec not in dims:
+        if dims is None:
             if explicit:
-                raise ConfigError(f"array {name!r} has no dimension named {axis_spec!r} (dimensions: {dims})")
+                raise ConfigError(
+                    f"array {name!r} does not name its dimensions, so it has no dimension {axis_spec!r}; "
+                    "give sample_axis as an axis number for it"
+                )
+            skipped[name] = f"its dimensions are unnamed (no {axis_spec!r})"
             return None
-        axis = dims.index(axis_spec)
+        if axis_spec in dims:
+            axis = dims.index(axis_spec)
+        elif explicit or include_static:
+            static = True
+        else:
+            skipped[name] = (
+                f"no {axis_spec!r} dimension (dimensions {list(dims)}): static; name it in "
+                "variables= or pass include_static=True to deliver it with every batch"
+            )
+            return None
     else:
         axis = int(axis_spec)
     shards = getattr(arr, "shards", None)
@@ -173,7 +330,40 @@ def _geometry_or_none(
         shard_shape=tuple(shards) if shards is not None else None,
         dimension_names=dims,
         metadata=meta,
+        static=static,
     )
+
+
+async def _read_coordinates(
+    store: Store, path: str, geoms: Iterable[ArrayGeometry]
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """Decoded values and attributes of the coordinate arrays (a 1-D array named like its dimension)
+    of every dimension the geometries have, read concurrently; a dimension without one is left out."""
+    from insitu.cf import decode_coordinate
+
+    wanted = sorted({d for g in geoms for d in (g.dimension_names or ()) if d})
+    prefix = f"{path.rstrip('/')}/" if path else ""
+
+    async def one(dim: str) -> tuple[str, np.ndarray, dict[str, Any]] | None:
+        try:
+            arr = await zarr_async.open_array(store=store, path=prefix + dim, mode="r")
+        except (*_NOT_FOUND, zarr.errors.ContainsGroupError):
+            return None
+        if arr.ndim != 1:
+            return None
+        attrs = dict(arr.attrs)
+        names = arr.metadata.to_dict().get("dimension_names") or attrs.get("_ARRAY_DIMENSIONS")
+        if names is not None and list(names) != [dim]:  # type: ignore[arg-type]  # a JSON list
+            return None
+        raw = np.asarray(await arr.getitem(slice(None)))
+        fill = _scalar(arr.metadata.fill_value) if arr.metadata.zarr_format == 2 else None
+        values = decode_coordinate(raw, attrs, name=dim, fill_value=fill)
+        return dim, values, attrs
+
+    found = await asyncio.gather(*(one(d) for d in wanted))
+    coords = {f[0]: f[1] for f in found if f is not None}
+    attrs = {f[0]: f[2] for f in found if f is not None}
+    return coords, attrs
 
 
 def _dimension_names(arr: zarr.Array, meta: Mapping[str, Any]) -> tuple[str | None, ...] | None:

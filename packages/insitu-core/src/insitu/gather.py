@@ -8,7 +8,7 @@ transforms run there too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -39,10 +39,21 @@ class Gatherer:
     """Copies batches out of one dataset's pool; shared by every view of the dataset."""
 
     def __init__(
-        self, pool: ChunkPool, labels: Sequence[ArrayGeometry], batch_transforms: Sequence[BatchTransform]
+        self,
+        pool: ChunkPool,
+        labels: Sequence[ArrayGeometry],
+        batch_transforms: Sequence[BatchTransform],
+        *,
+        statics: Mapping[str, np.ndarray] | None = None,
+        sample_coord: tuple[str, np.ndarray] | None = None,
     ) -> None:
         self.pool = pool
         self.labels = tuple(labels)
+        self.statics = dict(statics or {})
+        self.sample_dim: str | None = None
+        self.sample_coord: np.ndarray | None = None
+        if sample_coord is not None:
+            self.sample_dim, self.sample_coord = sample_coord
         self.batch_transforms = tuple(batch_transforms)
         self.buffers = BufferPool()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="insitu-gather")
@@ -86,7 +97,19 @@ class Gatherer:
             )  # 'clip': no extra buffer
             data[g.label] = out
             reads[g.label] = where.anchors + g.offset
-        batch = Batch(data, where.anchors.copy(), reads, split, epoch, index, where.valid)
+        for label, value in self.statics.items():
+            data[label] = value.copy()  # resident once; each batch gets its own, free to modify
+        batch = Batch(
+            data,
+            where.anchors.copy(),
+            reads,
+            split,
+            epoch,
+            index,
+            where.valid,
+            sample_dim=self.sample_dim,
+            sample_coord=self.sample_coord,
+        )
         for t in self.batch_transforms:
             batch = t(batch)
         return batch

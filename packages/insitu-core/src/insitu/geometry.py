@@ -164,9 +164,9 @@ class ArrayGeometry:
         """Axis number of a dimension given by name (or number)."""
         if is_integer(dim):
             ndim = len(self.shape)
-            if not -ndim <= int(dim) < ndim:  # type: ignore[arg-type]  # an integer, checked above
+            if not -ndim <= int(dim) < ndim:
                 raise ConfigError(f"axis {dim} is out of range for array {self.name!r} with {ndim} dims")
-            return int(dim) % ndim  # type: ignore[arg-type]
+            return int(dim) % ndim
         names = self.dimension_names or ()
         if not isinstance(dim, str) or dim not in names:
             raise ConfigError(f"array {self.name!r} has no dimension {dim!r} (dimensions: {list(names)})")

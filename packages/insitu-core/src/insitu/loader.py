@@ -77,8 +77,11 @@ class Engine:
         retry: RetryPolicy,
         decoders: Sequence[str] | None = None,
         track_sources: bool = False,
+        error_fills: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = store
+        # The raw value a bad integer chunk is filled with, by array name: CF decoding turns it into NaN.
+        self.error_fills = dict(error_fills or {})
         self.track_sources = track_sources
         self.pool = pool
         self.loop = loop
@@ -407,7 +410,9 @@ class ArrayLoader:
     def _error_fill(self) -> Any:
         if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
             return None
-        return np.nan if self.geom.dtype.kind in "fc" else self.geom.fill_value
+        if self.geom.dtype.kind in "fc":
+            return np.nan
+        return self.engine.error_fills.get(self.geom.name, self.geom.fill_value)
 
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.

@@ -76,9 +76,11 @@ def source_spec(geom: ArrayGeometry) -> SlabSpec:
     return SlabSpec(geom.slab_shape, geom.dtype)
 
 
-def output_spec(geom: ArrayGeometry, transforms: Sequence[ChunkTransform]) -> SlabSpec:
-    """The slab a chain of transforms produces from one decoded slab of ``geom``."""
-    spec = source_spec(geom)
+def output_spec(
+    geom: ArrayGeometry, transforms: Sequence[ChunkTransform], *, start: SlabSpec | None = None
+) -> SlabSpec:
+    """The slab a chain of transforms produces from one decoded slab of ``geom`` (or from ``start``)."""
+    spec = source_spec(geom) if start is None else start
     for t in transforms:
         declare = getattr(t, "out_spec", None)  # the DeclaresOutput protocol
         if declare is None:

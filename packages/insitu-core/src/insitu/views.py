@@ -79,17 +79,26 @@ class DatasetView:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return tuple(g.label for g in self.dataset.labels)
+        """The keys of every batch: sampled labels, then static ones."""
+        return tuple(g.label for g in self.dataset.labels) + self.static_labels
+
+    @property
+    def static_labels(self) -> tuple[str, ...]:
+        """Labels of static fields: their batch arrays have a leading axis of 1, not the batch size."""
+        return tuple(self.dataset.static_values)
 
     @property
     def sample_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of one sample of each label, as batches deliver it (after chunk transforms)."""
-        return {label: spec.sample_shape for label, spec in self.dataset.label_specs.items()}
+        """Shape of one sample of each label, as batches deliver it (after chunk transforms); for a
+        static label, the array's shape (the batch holds it as ``(1, *shape)``)."""
+        shapes = {label: spec.sample_shape for label, spec in self.dataset.label_specs.items()}
+        return shapes | {label: v.shape[1:] for label, v in self.dataset.static_values.items()}
 
     @property
     def dtypes(self) -> dict[str, np.dtype[Any]]:
         """Dtype of each label, as batches deliver it (after chunk transforms)."""
-        return {label: spec.dtype for label, spec in self.dataset.label_specs.items()}
+        dtypes = {label: spec.dtype for label, spec in self.dataset.label_specs.items()}
+        return dtypes | {label: v.dtype for label, v in self.dataset.static_values.items()}
 
     def set_epoch(self, epoch: int) -> None:
         """Same as ``dataset.set_epoch``."""

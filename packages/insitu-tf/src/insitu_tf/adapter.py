@@ -76,9 +76,11 @@ def as_tf_dataset(
     len(view)  # plans the epoch: a bad rank layout (more ranks than chunks) fails here, not inside a TF op
     labels = tuple(view.labels)
     batch_dim = view.batch_size if view.drop_last else None
+    statics = set(getattr(view, "static_labels", ()))  # static fields come as (1, *shape) in every batch
     signature = {
         label: tf.TensorSpec(
-            shape=(batch_dim, *view.sample_shapes[label]), dtype=tf.as_dtype(np.dtype(view.dtypes[label]))
+            shape=(1 if label in statics else batch_dim, *view.sample_shapes[label]),
+            dtype=tf.as_dtype(np.dtype(view.dtypes[label])),
         )
         for label in labels
     }
