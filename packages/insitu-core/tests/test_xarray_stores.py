@@ -155,7 +155,7 @@ def test_selection_reads_only_the_chunks_it_touches(store_path: Path) -> None:
     lon_idx = np.concatenate([np.flatnonzero(lon >= 350), np.flatnonzero(lon <= 20)])
     lat_idx = np.flatnonzero((ref.latitude.values <= 60) & (ref.latitude.values >= 30))
     want = ref.isel(longitude=lon_idx, latitude=lat_idx).sel(level=[300, 500, 850])
-    store.gets.clear()
+    store.reads.clear()
     with insitu.InSituDataset(store, manifest, geoms, batch_size=16) as data:
         for batch in data.view("all_of_it"):
             rows = batch.sample_indices
@@ -250,3 +250,104 @@ def test_xarray_selection_is_kept_and_read_narrowly(store_path: Path) -> None:
         batch = next(iter(data.view("train")))
         assert_matches(batch["z"], chosen.z.values[batch.sample_indices], exact=True)
         np.testing.assert_array_equal(data.coords["level"], [50, 1000])
+
+
+def test_a_dask_backed_dataset_maps_to_its_store(store_path: Path) -> None:
+    pytest.importorskip("dask")
+    lazy = xr.open_zarr(store_path)  # dask-backed, as xr.open_zarr gives by default
+    assert lazy.t2m.chunks is not None
+    with insitu.from_xarray(lazy[["t2m"]], splits=(1.0,), batch_size=8) as data:
+        batch = next(iter(data.view("train")))
+        assert_matches(batch["t2m"], reference(store_path).t2m.values[batch.sample_indices])
+    sliced = lazy[["z"]].isel(level=[1, 2])
+    with pytest.raises(insitu.ConfigError, match=r"variable 'z' is a dask array sliced after opening"):
+        insitu.from_xarray(sliced)
+
+
+def test_the_accessor_is_the_same_entry_point(store_path: Path) -> None:
+    insitu.register_xarray_accessor()
+    insitu.register_xarray_accessor()  # idempotent
+    ds = reference(store_path)[["t2m", "lsm"]]
+    assert ds.insitu.geometries()["lsm"].static
+    with ds.insitu.dataset(splits={"train": (None, "2016-01-05")}, batch_size=8) as data:
+        batch = next(iter(data.view("train")))
+        assert (batch.coords["time"] <= np.datetime64("2016-01-05T18")).all()
+        assert batch["lsm"].shape == (1, 32, 64)
+
+
+def test_a_sharded_array_reads_only_the_selected_inner_chunks(tmp_path: Path) -> None:
+    """Selections reach inside shards: only the inner chunks the box touches are fetched (as byte
+    ranges, never the whole shard) and decoded."""
+    group = zarr.open_group(tmp_path / "sharded.zarr", mode="w", zarr_format=3)
+    values = np.random.default_rng(1).standard_normal((16, 32, 64)).astype("float32")
+    arr = group.create_array(
+        "t2m",
+        shape=values.shape,
+        chunks=(4, 8, 8),
+        shards=(8, 32, 64),
+        dtype="f4",
+        dimension_names=("time", "latitude", "longitude"),
+    )
+    arr[...] = values
+    for name, coord in (("latitude", np.linspace(90, -90, 32)), ("longitude", np.arange(64) * 5.625)):
+        c = group.create_array(name, shape=coord.shape, dtype="f8", dimension_names=(name,))
+        c[...] = coord
+    store = RecordingStore(LocalStore(tmp_path / "sharded.zarr", read_only=True))
+    geoms = insitu.open_geometries(
+        store, ["t2m"], "time", sel={"latitude": slice(60, 20), "longitude": slice(0, 40)}
+    )
+    manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,), names=["train"])
+    lat = np.flatnonzero((np.linspace(90, -90, 32) <= 60) & (np.linspace(90, -90, 32) >= 20))
+    lon = np.flatnonzero(np.arange(64) * 5.625 <= 40)
+    store.reads.clear()
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=4) as data:
+        got = {int(i): row for b in data.train for i, row in zip(b.sample_indices, b["t2m"], strict=True)}
+        inner = len({i // 8 for i in lat}) * len({i // 8 for i in lon})
+        assert data.stats["chunks_decoded"] == inner * (
+            16 // 4
+        )  # per time chunk, only the box's inner chunks
+    np.testing.assert_array_equal(np.stack([got[i] for i in range(16)]), values[:, lat][:, :, lon])
+    shard_reads = [r for k, r in store.reads if k.startswith("t2m/c/")]
+    assert shard_reads
+    assert all(r is not None for r in shard_reads)  # index and inner chunks by range, never the whole shard
+
+
+def test_a_persisted_cache_keeps_selections_apart(tmp_path: Path, store_path: Path) -> None:
+    """A different selection is different data: the persisted cache refuses to serve one level list's
+    slabs for another, and rebuilds them when told to."""
+    store = insitu.open_store(store_path)
+    geoms = insitu.open_geometries(store, ["z"], "time")
+    manifest = insitu.split_by_chunk(geoms["z"], (1.0,), names=["train"])
+    ref = reference(store_path)
+
+    def check(levels: list[int], persist: bool | str) -> int:
+        chosen = geoms["z"].sel(level=levels)
+        with insitu.InSituDataset(
+            store, manifest, [chosen], batch_size=8, cache_dir=tmp_path / "cache", persist=persist
+        ) as data:
+            for batch in data.train:
+                assert_matches(batch["z"], ref.z.sel(level=levels).values[batch.sample_indices], exact=True)
+            return int(data.stats["chunks_decoded"])
+
+    assert check([500, 850], True) == N_TIME // 8 * 4 * 4
+    assert check([500, 850], True) == 0  # reused
+    with pytest.raises(insitu.StaleCacheError, match=r"array 'z' built from other data"):
+        check([50, 100], True)
+    assert check([50, 100], "rebuild") == N_TIME // 8 * 4 * 4
+
+
+def test_the_time_axis_wins_over_many_static_fields(tmp_path: Path) -> None:
+    """Three static fields lead with latitude, one field with time: time is still the sample axis."""
+    lat, lon = np.linspace(90, -90, 8), np.arange(16) * 22.5
+    grid = np.zeros((8, 16), "f4")
+    ds = xr.Dataset(
+        {
+            "t2m": (("time", "latitude", "longitude"), np.zeros((12, 8, 16), "f4")),
+            **{name: (("latitude", "longitude"), grid) for name in ("lsm", "orography", "soil_type")},
+        },
+        coords={"time": pd.date_range("2000", periods=12, freq="D"), "latitude": lat, "longitude": lon},
+    )
+    ds.to_zarr(tmp_path / "s.zarr", zarr_format=3)
+    geoms = insitu.open_geometries(insitu.open_store(tmp_path / "s.zarr"), include_static=True)
+    assert geoms.sample_dim == "time"
+    assert sorted(n for n, g in geoms.items() if g.static) == ["lsm", "orography", "soil_type"]

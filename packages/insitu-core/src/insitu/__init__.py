@@ -8,6 +8,7 @@ installed the error names the package to ``pip install``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from insitu.batch import Batch
@@ -26,9 +27,12 @@ from insitu.geometry import ArrayGeometry
 from insitu.sources import BatchedView
 from insitu.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.stores import open_store
-from insitu.xarray_source import from_xarray, geometries_from_xarray
+from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
 
 __version__ = "0.1.0"
+
+if "xarray" in sys.modules:  # never imported here: only hooked into when the user already has it
+    register_xarray_accessor()
 
 __all__ = [
     "ArrayGeometry",
@@ -50,6 +54,7 @@ __all__ = [
     "geometries_from_xarray",
     "open_geometries",
     "open_store",
+    "register_xarray_accessor",
     "select",
     "split_by_chunk",
     "split_by_coord",

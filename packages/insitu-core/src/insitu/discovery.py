@@ -45,11 +45,11 @@ class Geometries(dict[str, ArrayGeometry]):
         """One paragraph saying which sample dimension was used and what was left out, and why."""
         parts = []
         if self.sample_dim is not None:
-            how = (
-                "chosen by default: the first dimension of most data variables"
-                if self.chosen_by_default
-                else "as given"
-            )
+            how = "as given"
+            if self.chosen_by_default:
+                axis = self.coords.get(self.sample_dim)
+                kind = "the time axis" if axis is not None and axis.dtype.kind == "M" else "the dimension"
+                how = f"chosen by default: {kind} leading the data variables; pass sample_axis= to choose"
             parts.append(f"sample dimension {self.sample_dim!r} ({how})")
         statics = [n for n, g in self.items() if g.static]
         parts.append(f"arrays {list(self)}" + (f", of which static {statics}" if statics else ""))
@@ -115,8 +115,12 @@ def open_geometries(
     if not explicit:
         chosen = _data_variables(chosen, dims, skipped)
     by_default = sample_axis is None
+    # Coordinates first: the default sample dimension prefers a time axis, and they are needed after.
+    all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if d})
+    coords, coord_attrs = run_sync(_read_coordinates(store, path, all_dims))
     if sample_axis is None:
-        sample_axis = _default_sample_dim({n: dims[n] for n in chosen}) or 0
+        times = {d for d, v in coords.items() if v.dtype.kind == "M"}
+        sample_axis = _default_sample_dim({n: dims[n] for n in chosen}, times) or 0
     out = Geometries()
     for name, arr in chosen.items():
         axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
@@ -134,7 +138,6 @@ def open_geometries(
             f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
             + (f" (skipped: {skipped})" if skipped else "")
         )
-    coords, coord_attrs = run_sync(_read_coordinates(store, path, out.values()))
     for name, geom in out.items():
         out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
     out.sample_dim = sample_axis if isinstance(sample_axis, str) else None
@@ -265,17 +268,21 @@ def _data_variables(
     return out
 
 
-def _default_sample_dim(dims: Mapping[str, tuple[str | None, ...] | None]) -> str | None:
-    """The dimension that leads most arrays (data laid out time-first, as CF and xarray write it);
-    ties go to the one most arrays have at all, then to the name first in order."""
-    named = [names for names in dims.values() if names]
+def _default_sample_dim(dims: Mapping[str, tuple[str | None, ...] | None], times: set[str]) -> str | None:
+    """The dimension leading the arrays, as CF and xarray lay data out (time first).
+
+    Among the dimensions that lead some array: a time axis (datetime
+    coordinate) first, then the one leading the most arrays, then the one
+    leading the array with the most dimensions (a static field leads with
+    latitude but has fewer dimensions than the fields sampled in time), then
+    the name first in order."""
+    named = [names for names in dims.values() if names and names[0]]
     if not named:
         return None
-    leading = Counter(names[0] for names in named if names[0])
-    having = Counter(d for names in named for d in set(names) if d)
-    if not leading:
-        return None
-    return max(leading, key=lambda d: (leading[d], having[d], -sorted(leading).index(d)))
+    leading = Counter(names[0] for names in named)
+    widest = {d: max(len(names) for names in named if names[0] == d) for d in leading}
+    ranked = sorted(leading, key=lambda d: (d not in times, -leading[d], -widest[d], d))
+    return ranked[0]
 
 
 def _geometry_or_none(
@@ -335,13 +342,12 @@ def _geometry_or_none(
 
 
 async def _read_coordinates(
-    store: Store, path: str, geoms: Iterable[ArrayGeometry]
+    store: Store, path: str, wanted: Iterable[str]
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
     """Decoded values and attributes of the coordinate arrays (a 1-D array named like its dimension)
-    of every dimension the geometries have, read concurrently; a dimension without one is left out."""
+    of the dimensions ``wanted``, read concurrently; a dimension without one is left out."""
     from insitu.cf import decode_coordinate
 
-    wanted = sorted({d for g in geoms for d in (g.dimension_names or ()) if d})
     prefix = f"{path.rstrip('/')}/" if path else ""
 
     async def one(dim: str) -> tuple[str, np.ndarray, dict[str, Any]] | None:

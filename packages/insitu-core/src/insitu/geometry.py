@@ -118,8 +118,12 @@ class ArrayGeometry:
                 )
             if min(s.indices) < 0 or max(s.indices) >= n:
                 raise ConfigError(f"array {self.name!r}: selection {s.describe()} is outside axis {d} of {n}")
-        if all(s is None for s in sel):
-            object.__setattr__(self, "selection", None)
+        # Every index in order is no selection: one identity for the same read (cache keys, equality).
+        whole = tuple(
+            None if s is not None and s.keep and s.indices == tuple(range(n)) else s
+            for s, n in zip(sel, self.shape, strict=True)
+        )
+        object.__setattr__(self, "selection", None if all(s is None for s in whole) else whole)
 
     def _axis_name(self) -> str:
         axis = f"axis {self.sample_axis}"

@@ -14,6 +14,7 @@ memory, netCDF) is refused with a message saying so.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,18 +59,14 @@ def geometries_from_xarray(
     paths = {name: arr.path for name, (arr, _) in backing.items()}
     group = _common_group(paths)
     relative = [p[len(group) + 1 :] if group else p for p in paths.values()]
-    axis = sample_dim
-    if axis is None:
-        leading = [dataset[n].dims[0] for n in names if dataset[n].ndim]
-        axis = max(set(leading), key=leading.count) if leading else None
-    geoms = open_geometries(store, relative, axis, path=group)
+    geoms = open_geometries(store, relative, sample_dim, path=group)  # None: discovery's default
     renamed = Geometries()
     for name, rel in zip(names, relative, strict=True):
         g = geoms[rel]
         g = _with_xarray_selection(g, dataset[name], backing[name][1])
         renamed[name] = g if g.name == name else g.named(name)
     renamed.sample_dim, renamed.skipped, renamed.coords = geoms.sample_dim, geoms.skipped, geoms.coords
-    renamed.chosen_by_default = sample_dim is None
+    renamed.chosen_by_default = geoms.chosen_by_default
     if sel or isel:
         renamed.update(select(renamed, sel=sel, isel=isel))
     cf_decode = {renamed[n].name: not any(k in dataset[n].attrs for k in _CF_ATTRS) for n in names}
@@ -116,6 +113,35 @@ def from_xarray(
     if manifest is None:
         manifest = _manifest(sampled[0], splits)
     return InSituDataset(store, manifest, geoms, cf_decode=cf_decode, **dataset_options)
+
+
+def register_xarray_accessor() -> None:
+    """Register ``ds.insitu`` on ``xr.Dataset``: ``ds.insitu.dataset(...)`` is :func:`from_xarray`
+    and ``ds.insitu.geometries(...)`` the geometries of :func:`geometries_from_xarray`.
+
+    Done by ``import insitu`` when xarray is already imported; call it when
+    xarray is imported after insitu. Idempotent."""
+    # Imported as a plain module: xarray is optional, and its accessor API is untyped.
+    xr: Any = importlib.import_module("xarray")
+    if getattr(xr.Dataset, "_insitu_accessor", False):
+        return
+
+    class InSituAccessor:
+        """``ds.insitu``: train on this Dataset's Zarr store in place."""
+
+        def __init__(self, ds: Any) -> None:
+            self._ds = ds
+
+        def dataset(self, manifest: SplitManifest | None = None, **options: Any) -> Any:
+            """:func:`insitu.from_xarray` on this Dataset."""
+            return from_xarray(self._ds, manifest, **options)
+
+        def geometries(self, **options: Any) -> Geometries:
+            """The geometries :func:`insitu.geometries_from_xarray` maps this Dataset to."""
+            return geometries_from_xarray(self._ds, **options)[1]
+
+    xr.register_dataset_accessor("insitu")(InSituAccessor)
+    xr.Dataset._insitu_accessor = True
 
 
 def _manifest(ref: ArrayGeometry, splits: Any) -> SplitManifest:
