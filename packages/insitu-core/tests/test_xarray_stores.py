@@ -343,7 +343,7 @@ def test_the_time_axis_wins_over_many_static_fields(tmp_path: Path) -> None:
     ds = xr.Dataset(
         {
             "t2m": (("time", "latitude", "longitude"), np.zeros((12, 8, 16), "f4")),
-            **{name: (("latitude", "longitude"), grid) for name in ("lsm", "orography", "soil_type")},
+            **dict.fromkeys(("lsm", "orography", "soil_type"), (("latitude", "longitude"), grid)),
         },
         coords={"time": pd.date_range("2000", periods=12, freq="D"), "latitude": lat, "longitude": lon},
     )
