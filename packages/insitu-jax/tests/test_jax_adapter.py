@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import weakref
@@ -254,3 +255,30 @@ def test_plugin_registers_both_adapters() -> None:
 def test_importing_the_plugin_does_not_import_jax() -> None:
     code = "import sys, insitu, insitu_jax, insitu_jax.plugin; sys.exit('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+_STATIC_ON_TWO_DEVICES = """
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+from insitu.batch import Batch
+from insitu_jax import to_jax
+assert len(jax.devices()) == 2
+sharding = NamedSharding(jax.make_mesh((2,), ("batch",)), PartitionSpec("batch"))
+x, lsm = np.arange(12, dtype="float32").reshape(4, 3), np.ones((1, 2, 2), "float32")
+out = to_jax(Batch({"x": x, "lsm": lsm}, np.arange(4), {"x": np.arange(4)}), sharding=sharding)
+assert out["x"].sharding == sharding
+assert out["lsm"].sharding.spec == PartitionSpec()  # a static field is replicated, not split by rows
+assert out["lsm"].shape == (1, 2, 2)
+np.testing.assert_array_equal(np.asarray(out["lsm"]), lsm)
+print("ok")
+"""
+
+
+def test_a_static_field_is_replicated_over_a_batch_sharding() -> None:
+    """A static field is (1, *shape) in every batch: split over two devices it would fail."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    run = subprocess.run(
+        [sys.executable, "-c", _STATIC_ON_TWO_DEVICES], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ok"

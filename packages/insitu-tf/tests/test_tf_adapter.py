@@ -71,6 +71,24 @@ def test_batch_dimension_of_a_real_view_that_drops_the_last_batch() -> None:
     assert shapes == [(32, 2)] * (200 // 32)
 
 
+def test_a_static_field_is_declared_once_per_batch() -> None:
+    """A field without the sample axis comes as (1, *shape) in every batch, and the signature says so."""
+    store = MemoryStore()
+    make_linear_regression(store, n_samples=64, n_features=4, n_targets=1, chunks=16, seed=0)
+    mask = zarr.create_array(store, name="mask", shape=(4,), dtype="float32", dimension_names=("feature",))
+    mask[...] = np.arange(4, dtype="float32")
+    geoms = insitu.open_geometries(store, variables=["x"], sample_axis=0)
+    static = insitu.open_geometries(store, variables=["mask"], sample_axis=0)["mask"].as_static()
+    manifest = insitu.split_by_chunk(geoms["x"], fractions=(1.0,), names=("train",))
+    with insitu.InSituDataset(store, manifest, [geoms["x"], static], batch_size=16, drop_last=True) as ds:
+        dataset = as_tf_dataset(ds.train)
+        assert dataset.element_spec["mask"] == tf.TensorSpec(shape=(1, 4), dtype=tf.float32)
+        assert dataset.element_spec["x"] == tf.TensorSpec(shape=(16, 4), dtype=tf.float32)
+        for element in dataset:
+            np.testing.assert_array_equal(element["mask"].numpy(), mask[...][np.newaxis])
+            assert tuple((element["x"] * element["mask"]).shape) == (16, 4)  # broadcasts
+
+
 def test_values_equal_the_source_rows_in_delivery_order(view: Any) -> None:
     order = view.sample_order()
     got = {label: [] for label in ("x", "y")}

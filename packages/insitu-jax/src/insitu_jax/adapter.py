@@ -42,9 +42,37 @@ def to_jax(
     host-to-device copy. Do not write to a batch's arrays after converting
     it: shared ones would change under JAX. JAX keeps 64-bit values only
     with ``jax_enable_x64``; otherwise int64/float64 arrays arrive as 32-bit.
+
+    Static fields of an insitu ``Batch`` (arrays without the sample axis,
+    delivered as ``(1, *shape)``: the labels without read indices) are
+    replicated over a ``NamedSharding``'s mesh rather than split.
     """
     jax = import_jax()
-    return jax.device_put(dict(batch.items()), sharding)
+    statics = static_labels(batch)
+    if sharding is None or not statics:
+        return jax.device_put(dict(batch.items()), sharding)
+    whole = replicated(sharding)
+    return {
+        label: jax.device_put(values, whole if label in statics else sharding)
+        for label, values in batch.items()
+    }
 
 
-__all__ = ["import_jax", "to_jax"]
+def static_labels(batch: Mapping[str, np.ndarray]) -> set[str]:
+    """Labels of static fields in an insitu ``Batch``: those it records no read indices for."""
+    reads = getattr(batch, "read_indices", None)
+    if not reads:
+        return set()
+    return {label for label in batch if label not in reads}
+
+
+def replicated(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding | None:
+    """The whole array on every device of ``sharding``'s mesh (None: the default device)."""
+    jax = import_jax()
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None:
+        return None
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+__all__ = ["import_jax", "replicated", "static_labels", "to_jax"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from insitu.errors import ConfigError
 from insitu.sources import BatchedView, require_batched_view, require_shardable_view
-from insitu_jax.adapter import import_jax, to_jax
+from insitu_jax.adapter import import_jax, replicated, static_labels, to_jax
 
 if TYPE_CHECKING:
     import jax
@@ -92,8 +92,13 @@ class JaxIterator(Iterator[dict[str, Any]]):
         jax = import_jax()
         # Not a collective: each process builds its addressable shards from its own rows, and the
         # global shape is this process's batch times the process count.
+        # A static field (1, *shape) is the same in every process: replicated, not split by rows.
+        statics = static_labels(batch)
+        whole = replicated(self.sharding) if statics else None
         return {
-            label: jax.make_array_from_process_local_data(self.sharding, np.asarray(values))
+            label: jax.make_array_from_process_local_data(
+                whole if label in statics and whole is not None else self.sharding, np.asarray(values)
+            )
             for label, values in batch.items()
         }
 
