@@ -351,3 +351,25 @@ def test_the_time_axis_wins_over_many_static_fields(tmp_path: Path) -> None:
     geoms = insitu.open_geometries(insitu.open_store(tmp_path / "s.zarr"), include_static=True)
     assert geoms.sample_dim == "time"
     assert sorted(n for n, g in geoms.items() if g.static) == ["lsm", "orography", "soil_type"]
+
+
+def test_shift_by_a_time_span(store_path: Path) -> None:
+    t2m = insitu.open_geometries(insitu.open_store(store_path), ["t2m"], "time")["t2m"]
+    assert t2m.shift("24h") == t2m.shift(4)  # 6-hourly data
+    assert t2m.shift(np.timedelta64(-1, "D")).offset == -4
+    assert t2m.shift("24h").label == "t2m+4"
+    with pytest.raises(insitu.ConfigError, match=r"shift\('5h'\) is not a whole number of 'time' steps"):
+        t2m.shift("5h")
+    with pytest.raises(insitu.ConfigError, match=r"a time span is a whole number and a unit.*'soon'"):
+        t2m.shift("soon")
+
+
+def test_a_dataset_handed_where_a_store_goes_says_what_to_use(store_path: Path) -> None:
+    ds = reference(store_path)
+    with pytest.raises(TypeError, match=r"use insitu.from_xarray\(ds\)"):
+        insitu.open_store(ds)
+    manifest = insitu.split_by_chunk(
+        insitu.open_geometries(insitu.open_store(store_path), ["t2m"], "time")["t2m"], (1.0,), names=["train"]
+    )
+    with pytest.raises(TypeError, match=r"use insitu.from_xarray\(ds\)"):
+        insitu.InSituDataset(ds, manifest)

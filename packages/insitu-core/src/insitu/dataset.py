@@ -110,7 +110,7 @@ class InSituDataset:
             if not callable(t):
                 raise ConfigError(f"batch transform {t!r} is not callable")
 
-        if isinstance(store, str):
+        if not isinstance(store, Store):  # a path or URL; anything else is refused by name there
             from insitu.stores import open_store
 
             store = open_store(store)

@@ -9,10 +9,11 @@ chunk that shares one chunk index along the sample axis; decoded, it holds
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -146,14 +147,45 @@ class ArrayGeometry:
             raise ConfigError(f"a label must be a non-empty string, got {label!r}")
         return replace(self, alias=label)
 
-    def shift(self, k: int) -> ArrayGeometry:
+    def shift(self, k: int | str | np.timedelta64) -> ArrayGeometry:
         """The same array read ``k`` samples ahead (negative: behind). Shifts compose; the
-        result is labelled from the name and offset (a name given by :meth:`named` is dropped)."""
+        result is labelled from the name and offset in samples (a name given by :meth:`named` is
+        dropped).
+
+        ``k`` may also be a time span, ``"24h"``, ``"-6h"``, ``"2D"`` or a
+        ``np.timedelta64``, when the sample coordinate is a regular time axis:
+        it becomes the number of steps it spans (``"24h"`` on 6-hourly data is
+        4), and must be a whole number of them."""
+        if isinstance(k, (str, np.timedelta64)):
+            k = self._steps(k)
         if not is_integer(k):
-            raise ConfigError(f"shift must be an integer number of samples, got {k!r}")
+            raise ConfigError(f"shift must be an integer number of samples or a time span, got {k!r}")
         if abs(self.offset + int(k)) > MAX_OFFSET:
             raise ConfigError(f"shift({k!r}) is too far: offsets are at most 2**62 samples either way")
         return replace(self, offset=self.offset + int(k), alias=None)
+
+    def _steps(self, span: str | np.timedelta64) -> int:
+        """Samples spanned by a time span on this array's regular time axis."""
+        delta = _timedelta(span)
+        dim = self.sample_dim
+        times = self.coords.get(dim) if dim is not None else None
+        if times is None or times.dtype.kind != "M" or len(times) < 2:
+            raise ConfigError(
+                f"shift({span!r}) needs a time coordinate on the sample axis of {self.name!r}; "
+                "give the shift in samples"
+            )
+        steps = np.diff(times)
+        step = steps[0]
+        if not (steps == step).all():
+            at = int(np.flatnonzero(steps != step)[0])
+            raise ConfigError(
+                f"shift({span!r}): the {dim!r} axis of {self.name!r} is not regular (step {steps[at]} after "
+                f"{times[at]}, {step} before); give the shift in samples"
+            )
+        count, rest = divmod(delta.astype("timedelta64[ns]").astype(np.int64), step.astype(np.int64))
+        if rest:
+            raise ConfigError(f"shift({span!r}) is not a whole number of {dim!r} steps of {step}")
+        return int(count)
 
     def with_sample_axis(self, axis: int) -> ArrayGeometry:
         """The same array with another axis playing the sample role."""
@@ -336,6 +368,24 @@ def is_integer(value: Any) -> bool:
     The check for every count, index and axis number a user passes in.
     """
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+_SPAN = re.compile(r"^\s*([+-]?\d+)\s*(d|days?|h|hours?|min|minutes?|s|sec|seconds?)\s*$", re.IGNORECASE)
+_SPAN_UNITS: dict[str, Literal["D", "h", "m", "s"]] = {"d": "D", "h": "h", "mi": "m", "s": "s"}
+
+
+def _timedelta(span: str | np.timedelta64) -> np.timedelta64:
+    """``"24h"``, ``"-6h"``, ``"2D"``, ``"30min"`` or a timedelta64, as a timedelta64[ns]."""
+    if isinstance(span, np.timedelta64):
+        return span.astype("timedelta64[ns]")
+    found = _SPAN.match(span)
+    if found is None:
+        raise ConfigError(
+            f"a time span is a whole number and a unit (D, h, min, s), like '24h'; got {span!r}"
+        )
+    word = found.group(2).lower()
+    unit = _SPAN_UNITS["mi" if word.startswith("mi") else word[0]]
+    return np.timedelta64(int(found.group(1)), unit).astype("timedelta64[ns]")
 
 
 def _indexers(indexers: Mapping[str | int, Any] | None, by_name: Mapping[str, Any]) -> dict[str | int, Any]:

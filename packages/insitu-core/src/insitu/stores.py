@@ -134,6 +134,11 @@ def open_store(
         return url_or_store
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if hasattr(url_or_store, "data_vars"):  # an xarray Dataset: it has its own entry point
+        raise TypeError(
+            f"expected a path, URL or zarr Store; got an xarray {type(url_or_store).__name__}: "
+            "use insitu.from_xarray(ds) for a Dataset opened from Zarr"
+        )
     url = os.fspath(url_or_store)
     if not isinstance(url, str):
         raise TypeError(f"expected a path, URL or zarr Store; got {type(url_or_store).__name__}")
