@@ -1,0 +1,219 @@
+"""Check a chunk transform on one real chunk before training with it.
+
+``check_transform(t, store_or_view, label)`` reads the first chunk of an
+array (the selection a view's geometry carries included), and reports:
+
+* whether the output matches what ``out_spec`` declares (shape and dtype), the
+  error the engine would raise at the first chunk otherwise;
+* whether it has a stable identity for the persisted cache (``fingerprint()``
+  or a derivable default);
+* its time per chunk, beside the time to read and decode that chunk;
+* whether it lets two decode threads run at once: the engine runs chunk
+  transforms on its decode threads, so a transform that holds the GIL
+  throughout serialises them. Measured as the throughput of two threads
+  over one; only meaningful on a machine with at least two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from insitu.errors import ConfigError
+from insitu.geometry import ArrayGeometry
+from insitu.transforms import chain_runner, describe, output_spec, transform_fingerprint
+
+#: Two threads must beat one by this factor for a transform to count as releasing the GIL.
+SCALING_THRESHOLD = 1.4
+
+
+@dataclass
+class TransformReport:
+    """What :func:`check_transform` found. ``ok`` is False when the output contradicts ``out_spec``
+    or the transform raised; ``problems`` says why."""
+
+    transform: str
+    label: str
+    input_shape: tuple[int, ...]
+    input_dtype: str
+    declared_shape: tuple[int, ...] | None = None
+    declared_dtype: str | None = None
+    output_shape: tuple[int, ...] | None = None
+    output_dtype: str | None = None
+    fingerprint: str | None = None
+    seconds_per_chunk: float | None = None
+    read_seconds_per_chunk: float | None = None
+    two_thread_speedup: float | None = None
+    releases_gil: bool | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> str:
+        """The report as JSON, for scripts (``insitu check-transform --json``)."""
+        return json.dumps({**asdict(self), "ok": self.ok}, indent=1)
+
+    def __str__(self) -> str:
+        lines = [f"{self.transform} on {self.label!r}: {'OK' if self.ok else 'PROBLEMS'}"]
+        lines.append(f"  input            {list(self.input_shape)} {self.input_dtype}")
+        if self.declared_shape is not None:
+            lines.append(f"  declared output  {list(self.declared_shape)} {self.declared_dtype}")
+        if self.output_shape is not None:
+            lines.append(f"  actual output    {list(self.output_shape)} {self.output_dtype}")
+        lines.append(f"  fingerprint      {self.fingerprint or '(none: not persistable)'}")
+        if self.seconds_per_chunk is not None:
+            lines.append(f"  time per chunk   {self.seconds_per_chunk * 1e3:.3f} ms")
+        if self.read_seconds_per_chunk is not None:
+            lines.append(f"  read+decode      {self.read_seconds_per_chunk * 1e3:.3f} ms per chunk")
+        if self.two_thread_speedup is not None:
+            verdict = {True: "releases the GIL", False: "holds the GIL", None: "not measured"}[
+                self.releases_gil
+            ]
+            lines.append(f"  2 vs 1 threads   x{self.two_thread_speedup:.2f} ({verdict})")
+        lines += [f"  problem: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def check_transform(
+    transform: Callable[[str, np.ndarray], np.ndarray],
+    store_or_view: Any,
+    label: str,
+    *,
+    repeats: int = 5,
+    measure_threads: bool = True,
+) -> TransformReport:
+    """Run ``transform`` on the first chunk of ``label`` and report what it does (see the module).
+
+    ``store_or_view`` is a zarr store or URL (``label`` names an array, read
+    along axis 0 or its time-like leading dimension), an ``InSituDataset`` or
+    one of its views (``label`` is a batch label; its geometry's selection
+    applies). Raises ConfigError for an unknown label or an empty array.
+    """
+    geom, store = _geometry(store_or_view, label)
+    started = time.perf_counter()
+    block = _first_chunk(store, geom)
+    read_seconds = time.perf_counter() - started
+    report = TransformReport(
+        transform=describe(transform), label=label, input_shape=block.shape, input_dtype=str(block.dtype)
+    )
+    report.read_seconds_per_chunk = read_seconds
+    try:
+        report.fingerprint = transform_fingerprint(transform)
+    except ConfigError as exc:
+        report.problems.append(str(exc))
+    try:
+        spec = output_spec(geom, [transform])
+    except ConfigError as exc:
+        report.problems.append(str(exc))
+        return report
+    report.declared_shape, report.declared_dtype = (block.shape[0], *spec.sample_shape), str(spec.dtype)
+    run = chain_runner(geom.name, [transform], spec)
+    try:
+        out = run(block.copy())
+    except ConfigError as exc:  # the output contradicts the declaration: the engine's own check
+        report.problems.append(str(exc))
+        raw = np.asarray(transform(geom.name, block.copy()))
+        report.output_shape, report.output_dtype = raw.shape, str(raw.dtype)
+        return report
+    except Exception as exc:
+        report.problems.append(f"the transform raised on a real chunk: {exc!r}")
+        return report
+    report.output_shape, report.output_dtype = out.shape, str(out.dtype)
+    report.seconds_per_chunk = _median_seconds(lambda: run(block.copy()), repeats)
+    if measure_threads and (os.cpu_count() or 1) >= 2:
+        report.two_thread_speedup = _two_thread_speedup(lambda: run(block.copy()), repeats)
+        report.releases_gil = report.two_thread_speedup >= SCALING_THRESHOLD
+    return report
+
+
+def _geometry(store_or_view: Any, label: str) -> tuple[ArrayGeometry, Any]:
+    dataset = getattr(store_or_view, "dataset", store_or_view)  # a view knows its dataset
+    labels = getattr(dataset, "labels", None)
+    if labels is not None and hasattr(dataset, "store"):
+        geoms = {g.label: g for g in (*labels, *getattr(dataset, "statics", ()))}
+        if label not in geoms:
+            raise ConfigError(f"unknown label {label!r}; the dataset's labels are {sorted(geoms)}")
+        return geoms[label].shift(-geoms[label].offset), dataset.store
+    import insitu
+
+    store = insitu.open_store(store_or_view)
+    geoms = insitu.open_geometries(store, [label])
+    return geoms[label], store
+
+
+def _first_chunk(store: Any, geom: ArrayGeometry) -> np.ndarray:
+    """The first slab of ``geom``, sample axis first, selection applied (as the engine decodes it)."""
+    arr = zarr.open_array(store=store, path=geom.path, mode="r")
+    region: list[Any] = []
+    for d in range(len(geom.shape)):
+        chosen = geom.axis_selection(d)
+        if d == geom.sample_axis and not geom.static:
+            region.append(slice(0, min(geom.chunk_len, geom.n_samples)))
+        elif chosen is None:
+            region.append(slice(None))
+        elif not chosen.keep:
+            region.append(chosen.indices[0])
+        else:
+            region.append(chosen.array)
+    values = np.asarray(arr.get_orthogonal_selection(tuple(region)))
+    if geom.static:
+        return values[np.newaxis]
+    dropped_before = sum(
+        1 for d in range(geom.sample_axis) if (s := geom.axis_selection(d)) is not None and not s.keep
+    )
+    return np.ascontiguousarray(np.moveaxis(values, geom.sample_axis - dropped_before, 0))
+
+
+def _median_seconds(call: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _two_thread_speedup(call: Callable[[], Any], repeats: int) -> float:
+    """Throughput of two threads calling at once over one thread calling alone (best of three)."""
+    n = max(2, repeats)
+
+    def one_thread() -> float:
+        t0 = time.perf_counter()
+        for _ in range(2 * n):
+            call()
+        return time.perf_counter() - t0
+
+    def two_threads() -> float:
+        start = threading.Barrier(3)
+
+        def work() -> None:
+            start.wait()
+            for _ in range(n):
+                call()
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    single = min(one_thread() for _ in range(3))
+    double = min(two_threads() for _ in range(3))
+    return single / double if double > 0 else float("inf")
+
+
+__all__ = ["SCALING_THRESHOLD", "TransformReport", "check_transform"]
