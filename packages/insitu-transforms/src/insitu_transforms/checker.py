@@ -75,7 +75,9 @@ class TransformReport:
         if self.seconds_per_chunk is not None:
             lines.append(f"  time per chunk   {self.seconds_per_chunk * 1e3:.3f} ms")
         if self.read_seconds_per_chunk is not None:
-            lines.append(f"  read+decode      {self.read_seconds_per_chunk * 1e3:.3f} ms per chunk")
+            lines.append(
+                f"  read+decode      {self.read_seconds_per_chunk * 1e3:.3f} ms (the first chunk, cold)"
+            )
         if self.two_thread_speedup is not None:
             verdict = {True: "releases the GIL", False: "holds the GIL", None: "not measured"}[
                 self.releases_gil
