@@ -39,6 +39,7 @@ from insitu.plan import EpochPlan, plan_epoch
 from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
 from insitu.splits import SplitManifest
 from insitu.statics import read_statics, static_spec
+from insitu.transform_config import bind_to_array, transforms_from_config
 from insitu.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
 
@@ -106,6 +107,7 @@ class InSituDataset:
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
+        batch_transforms = transforms_from_config(batch_transforms)
         for t in batch_transforms:
             if not callable(t):
                 raise ConfigError(f"batch transform {t!r} is not callable")
@@ -584,13 +586,22 @@ def _sample_dim(labels: Sequence[ArrayGeometry]) -> str | None:
 def _chunk_transforms(
     spec: Sequence[ChunkTransform] | Mapping[str, Sequence[ChunkTransform]], arrays: Any
 ) -> dict[str, tuple[ChunkTransform, ...]]:
-    names = {g.name for g in arrays}
+    """Each array's chain: configurations (``{"name": ...}``) resolved through the registry, and
+    transforms that define ``bind(geom)`` bound to each array they apply to."""
+    geoms = {g.name: g for g in arrays}
+    names = set(geoms)
     if isinstance(spec, Mapping):
         unknown = sorted(set(spec) - names)
         if unknown:
             raise ConfigError(f"chunk_transforms name unknown array(s) {unknown}; arrays are {sorted(names)}")
-        return {k: tuple(v) for k, v in spec.items()}
-    for t in spec:
-        if not callable(t):
-            raise ConfigError(f"chunk transform {t!r} is not callable")
-    return {n: tuple(spec) for n in names} if spec else {}
+        chains = {k: transforms_from_config(v) for k, v in spec.items()}
+    else:
+        shared = transforms_from_config(spec)
+        chains = dict.fromkeys(names, shared) if shared else {}
+    out = {}
+    for name, chain in chains.items():
+        for t in chain:
+            if not callable(t) and not hasattr(t, "bind"):
+                raise ConfigError(f"chunk transform {t!r} is not callable")
+        out[name] = tuple(bind_to_array(t, geoms[name]) for t in chain)
+    return out
