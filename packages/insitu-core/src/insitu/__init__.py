@@ -27,6 +27,7 @@ from insitu.geometry import ArrayGeometry
 from insitu.sources import BatchedView
 from insitu.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.stores import open_store
+from insitu.transform_config import transform_from_config
 from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
 
 __version__ = "0.1.0"
@@ -58,6 +59,7 @@ __all__ = [
     "select",
     "split_by_chunk",
     "split_by_coord",
+    "transform_from_config",
 ]
 
 
