@@ -158,6 +158,62 @@ def demo_torch(session: nox.Session) -> None:
     session.run("python", "examples/train_era5.py", "--framework", "torch", *session.posargs)
 
 
+# Every example, by the framework environment it runs in (frameworks never share a virtualenv).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "torch": (
+        "examples.advection.train_torch",
+        "examples.microscopy",
+        "examples.hubble",
+        "examples.sdss",
+        "examples.wb2_dataloader",
+        "examples.wb2_pair",
+    ),
+    "jax": ("examples.advection.train_jax",),
+    "tf": ("examples.advection.train_tf",),
+}
+# What the examples need besides insitu: xarray-written stores, FITS, the xbatcher peer, memory probes.
+EXAMPLE_EXTRAS = (
+    "xarray>=2024.10",
+    "dask>=2024.8",
+    "xbatcher>=0.4",
+    "psutil>=5.9",
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+)
+
+
+def _example_env(session: nox.Session, framework: str) -> None:
+    """One framework's example environment: the framework, insitu with its adapter, and the extras."""
+    common = ("insitu-core", "insitu-stores[virtual,fsspec]", "insitu-transforms")
+    if framework == "torch":
+        session.install(TORCH)
+        session.install(*_editable(*common, "insitu-torch"), *EXAMPLE_EXTRAS)
+    elif framework == "jax":
+        session.env["JAX_PLATFORMS"] = "cpu"
+        session.install(*_editable(*common, "insitu-jax[jax]"), *EXAMPLE_EXTRAS)
+    else:
+        session.env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        session.install(TENSORFLOW)
+        session.install(*_editable(*common, "insitu-tf"), *EXAMPLE_EXTRAS)
+
+
+@nox.session(python="3.11", venv_backend="venv", tags=["tests", "examples"])
+@nox.parametrize("framework", list(EXAMPLES))
+def examples(session: nox.Session, framework: str) -> None:
+    """Every example of one framework in synthetic smoke mode; each must beat its baseline."""
+    _example_env(session, framework)
+    for module in EXAMPLES[framework]:
+        session.run("python", "-m", module, "--smoke", *session.posargs)
+
+
+@nox.session(name="tests-examples", python="3.11", venv_backend="venv", tags=["tests"])
+def tests_examples(session: nox.Session) -> None:
+    """The examples' data paths (synthetic and real-store layouts) against local copies of the real stores."""
+    _example_env(session, "torch")
+    success_codes = [0, 5] if session.posargs else [0]
+    session.run("pytest", "examples/tests", *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+
+
 # The published reference design the benchmark compares against: Python >= 3.12 only, so it gets
 # its own virtualenv (built once with uv, kept under .nox/ and reused).
 INSITUBATCH = "insitubatch==0.2.0"
