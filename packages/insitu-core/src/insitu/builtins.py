@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from insitu.hookspecs import RegisterDecoder, RegisterStore, hookimpl
+from insitu.hookspecs import RegisterCommand, RegisterDecoder, RegisterStore, hookimpl
 from insitu.stores import SCHEME_PACKAGES, local_store, memory_store
 
 
@@ -40,3 +40,11 @@ def insitu_register_decoders(register: RegisterDecoder) -> None:
     from insitu.codecs import numcodecs_decoder
 
     register("numcodecs", numcodecs_decoder)
+
+
+@hookimpl
+def insitu_register_commands(register: RegisterCommand) -> None:
+    """``insitu inspect``, ``insitu bench`` and ``insitu cache``."""
+    from insitu.cli.inspect_cmd import InspectCommand
+
+    register("inspect", InspectCommand())

@@ -64,6 +64,12 @@ class RegisterDevice(Protocol):
     def __call__(self, name: str, factory: Callable[..., Any], /) -> None: ...
 
 
+class RegisterCommand(Protocol):
+    """``register(name, command)`` of :func:`insitu_register_commands`."""
+
+    def __call__(self, name: str, command: Any, /) -> None: ...
+
+
 #: Untyped form of every hook's callback, kept for plugins written before the typed ones.
 Register = Callable[..., None]
 
@@ -116,6 +122,17 @@ def insitu_register_devices(register: RegisterDevice) -> None:
     """
 
 
+@hookspec
+def insitu_register_commands(register: RegisterCommand) -> None:
+    """Called once, when the ``insitu`` command line starts.
+
+    ``register(name, command)``: a subcommand ``insitu <name>``. ``command``
+    has ``help`` (one line), ``add_arguments(parser)`` (an
+    ``argparse.ArgumentParser``) and ``run(args) -> int`` (the exit status).
+    Import anything heavy inside ``run``.
+    """
+
+
 def _spec_names() -> tuple[str, ...]:
     return tuple(n for n in globals() if n.startswith("insitu_register_"))
 
@@ -128,6 +145,7 @@ __all__ = [
     "PROJECT_NAME",
     "Register",
     "RegisterAdapter",
+    "RegisterCommand",
     "RegisterDecoder",
     "RegisterDevice",
     "RegisterStore",

@@ -26,7 +26,7 @@ import pluggy
 from insitu import hookspecs
 
 BUILTIN_PLUGINS: tuple[str, ...] = ("insitu.builtins",)
-KINDS: tuple[str, ...] = ("stores", "decoders", "transforms", "adapters", "devices")
+KINDS: tuple[str, ...] = ("stores", "decoders", "transforms", "adapters", "devices", "commands")
 DISABLE_AUTOLOAD_ENV = "INSITU_DISABLE_PLUGIN_AUTOLOAD"
 BLOCK_ENV = "INSITU_BLOCK_PLUGINS"
 
@@ -149,6 +149,7 @@ class Registry:
     transforms = _KindView()
     adapters = _KindView()
     devices = _KindView()
+    commands = _KindView()
 
     def _collect(self, kind: str) -> dict[str, Registration]:
         found: dict[str, Registration] = {}

@@ -1,0 +1,85 @@
+"""The ``insitu`` command line: subcommands registered by plugins, ``--json`` for scripts.
+
+``insitu inspect URL`` describes a store; ``insitu bench URL`` measures and
+tunes a short real run; ``insitu cache show|verify|clear DIR`` looks after the
+persisted tier; plugin packages add their own (insitu-transforms adds
+``insitu check-transform``) through the ``insitu_register_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+DESCRIPTION = """\
+Train in place on Zarr archives: look at a store, measure and tune a run, and
+look after the persisted cache, from a shell.
+
+Each subcommand has its own --help. Options common to those that open a store:
+a path or URL (file://, s3://, gs://, az://, https://, memory://), and
+--storage-options '{"anon": true}' in the fsspec spelling. Add --json for
+output a script can read. Exit status: 0 on success, 1 when the subcommand
+found a problem (a corrupt cache, a transform that breaks its declaration), 2
+on bad usage.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser with every registered subcommand."""
+    from insitu import __version__
+    from insitu.plugins import get_registry
+
+    parser = argparse.ArgumentParser(
+        prog="insitu", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"insitu {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log to stderr: -v for INFO, -vv for DEBUG"
+    )
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name, registration in sorted(get_registry().entries("commands").items()):
+        command = registration.obj
+        doc = getattr(command, "description", None) or getattr(command, "__doc__", None) or command.help
+        child = sub.add_parser(
+            name, help=command.help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        command.add_arguments(child)
+        child.set_defaults(command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (``insitu`` console script)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command: Any = getattr(args, "command", None)
+    if command is None:
+        parser.print_help()
+        return 2
+    if args.verbose:
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose > 1 else logging.INFO, format="%(name)s: %(message)s"
+        )
+    try:
+        return int(command.run(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a clear one-line error, not a traceback, for what users get wrong
+        from insitu.errors import InSituError
+
+        if isinstance(exc, (InSituError, ValueError, FileNotFoundError, PermissionError)):
+            print(f"insitu: error: {exc}", file=sys.stderr)
+            return 2 if isinstance(exc, ValueError) else 1
+        raise
+
+
+def entry_point() -> None:
+    """``sys.exit(main())`` for the console script."""
+    sys.exit(main())
+
+
+__all__ = ["build_parser", "entry_point", "main"]
