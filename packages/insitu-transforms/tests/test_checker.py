@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -46,8 +49,9 @@ def python_loop(name: str, block: np.ndarray) -> np.ndarray:
     """Holds the GIL throughout: a per-element Python loop."""
     out = block.copy()
     flat = out.reshape(-1)
-    for i in range(0, flat.size, 7):
-        flat[i] = flat[i] + 1.0
+    for _ in range(4):  # long enough (a few ms) for the thread comparison to be made
+        for i in range(flat.size):
+            flat[i] = flat[i] + 1.0
     return out
 
 
@@ -101,3 +105,35 @@ def test_a_view_checks_the_selected_region(store_path: Path) -> None:
     assert report.input_shape == (10, 4, 3)
     with pytest.raises(insitu.ConfigError, match=r"unknown label 'u10'"):
         check_transform(Half(), data, "u10")
+
+
+def test_the_command_line_runs_the_checker(store_path: Path) -> None:
+    """``insitu check-transform`` is contributed by this package through the commands hook."""
+    script = Path(sys.executable).with_name("insitu")
+    ok = subprocess.run(
+        [
+            str(script),
+            "check-transform",
+            '{"name": "cast", "dtype": "float16"}',
+            str(store_path),
+            "t2m",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["ok"] is True
+    assert report["output_dtype"] == "float16"
+    bad = subprocess.run(
+        [str(script), "check-transform", "tests_checker_helpers:undeclared", str(store_path), "t2m"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
+    )
+    assert bad.returncode == 1, bad.stderr
+    assert "must define out_spec" in bad.stdout
