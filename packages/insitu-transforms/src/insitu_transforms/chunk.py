@@ -49,17 +49,22 @@ class Cast:
 
 
 @dataclass(frozen=True, init=False)
-class NanToNum:
-    """Replace NaN with ``fill`` (ocean-only or land-only fields carry NaN where undefined,
+class FillNaN:
+    """Replace NaN with ``value`` (ocean-only or land-only fields carry NaN where undefined,
     and one NaN poisons a whole gradient). Blocks without NaN are returned as they are;
-    integer blocks cannot hold NaN and pass through."""
+    integer blocks cannot hold NaN and pass through. ``labels`` limits it to some arrays."""
 
-    fill: float
+    value: float
     labels: frozenset[str] | None = None
 
-    def __init__(self, fill: float = 0.0, labels: Iterable[str] | None = None) -> None:
-        object.__setattr__(self, "fill", float(fill))
+    def __init__(self, value: float = 0.0, labels: Iterable[str] | None = None) -> None:
+        object.__setattr__(self, "value", float(value))
         object.__setattr__(self, "labels", _labels(labels))
+
+    @property
+    def fill(self) -> float:
+        """The replacement value (the name ``NanToNum`` gave it)."""
+        return self.value
 
     def __call__(self, label: str, block: np.ndarray) -> np.ndarray:
         if self.labels is not None and label not in self.labels:
@@ -70,12 +75,22 @@ class NanToNum:
         if not missing.any():
             return block
         # A new array rather than writing in place: the block may be shared with a cache tier.
-        return np.where(missing, block.dtype.type(self.fill), block)
+        return np.where(missing, block.dtype.type(self.value), block)
 
     def fingerprint(self) -> str:
-        """``NanToNum(<fill>;<labels>)``, stable across runs."""
+        """``NanToNum(<value>;<labels>)``, stable across runs.
+
+        Kept under the transform's first name: FillNaN and NanToNum make the same
+        blocks, so caches persisted under that name stay valid."""
         labels = "*" if self.labels is None else ",".join(sorted(self.labels))
-        return f"NanToNum({self.fill!r};{labels})"
+        return f"NanToNum({self.value!r};{labels})"
 
 
-__all__ = ["Cast", "NanToNum"]
+class NanToNum(FillNaN):
+    """The first name of :class:`FillNaN`, whose value was called ``fill``: ``NanToNum(fill=0.0)``."""
+
+    def __init__(self, fill: float = 0.0, labels: Iterable[str] | None = None) -> None:
+        super().__init__(fill, labels)
+
+
+__all__ = ["Cast", "FillNaN", "NanToNum"]
