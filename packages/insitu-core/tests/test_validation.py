@@ -160,9 +160,9 @@ def test_array_geometry_fields_are_checked(kwargs: dict[str, Any], match: str) -
 @pytest.mark.parametrize(
     ("k", "match"),
     [
-        (1.5, "shift must be an integer number of samples, got 1.5"),
-        (True, "shift must be an integer number of samples, got True"),
-        ("3", "shift must be an integer number of samples, got '3'"),
+        (1.5, "shift must be an integer number of samples or a time span, got 1.5"),
+        (True, "shift must be an integer number of samples or a time span, got True"),
+        ("3", r"a time span is a whole number and a unit \(D, h, min, s\), like '24h'; got '3'"),
         (10**30, r"shift\(10{30}\) is too far"),
     ],
 )
