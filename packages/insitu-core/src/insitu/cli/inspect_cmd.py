@@ -69,7 +69,8 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
             },
             "skipped": geoms.skipped,
         }
-        pool = {str(k): sum(g.slab_nbytes for g in geoms.values() if not g.static) * k for k in BLOCK_CHUNKS}
+        slab_bytes = sum(_decoded_slab_nbytes(g) for g in geoms.values() if not g.static)
+        pool = {str(k): slab_bytes * k for k in BLOCK_CHUNKS}
         coords = {
             dim: {"size": int(v.size), "first": _show(v[0]), "last": _show(v[-1]), "dtype": str(v.dtype)}
             for dim, v in geoms.coords.items()
