@@ -121,8 +121,8 @@ def test_out_spec_matches_the_output(coarsen: Coarsen, sample_shape: tuple[int, 
 def test_bad_parameters_are_named() -> None:
     with pytest.raises(ConfigError, match=r"unknown dimension\(s\) \['lattitude'\]"):
         Coarsen({"lattitude": 2}, dims=DIMS)
-    with pytest.raises(ConfigError, match="need the arrays' dimension names"):
-        Coarsen({"latitude": 2})
+    with pytest.raises(ConfigError, match="need the arrays' dimension names"):  # unbound, outside a dataset
+        Coarsen({"latitude": 2}).out_spec((2, 3, 12, 16), np.dtype("f4"), name="t")
     with pytest.raises(ConfigError, match="factor latitude=0"):
         Coarsen({"latitude": 0}, dims=DIMS)
     with pytest.raises(ConfigError, match=r"factor latitude=2\.5"):
@@ -182,6 +182,10 @@ def test_coarsen_through_the_engine(tmp_path: Path) -> None:
     store = insitu.open_store(tmp_path)
     geoms = insitu.open_geometries(store)
     coarsen = Counting(Coarsen({"latitude": 4, "longitude": 4}, dims=geoms))
+    # Without dims, the dataset binds the names of each array: the same coarse field.
+    bound = Coarsen({"latitude": 4, "longitude": 4}).bind(geoms["z"])
+    assert bound("z", data[:5]).shape == (5, 3, 4, 6)
+    np.testing.assert_array_equal(bound("z", data[:5]), coarsen.inner("z", data[:5]))
     manifest = insitu.split_by_chunk(geoms["z"], (0.6, 0.4))
     with insitu.InSituDataset(store, manifest, batch_size=3, chunk_transforms=[coarsen]) as ds:
         assert ds.train.sample_shapes == {"z": (3, 4, 6)}

@@ -189,7 +189,8 @@ def test_a_composed_chain_runs_once_per_chunk_through_the_engine(tmp_path: Path)
     store = insitu.open_store(tmp_path)
     geoms = insitu.open_geometries(store)
     counting = Counting()
-    chain = Compose([counting, FillNaN(-5.0), Crop(latitude=slice(2, 6), dims=geoms), Cast("float16")])
+    # The Crop names a dimension without dims=: Compose passes the dataset's binding on to it.
+    chain = Compose([counting, FillNaN(-5.0), Crop(latitude=slice(2, 6)), Cast("float16")])
     manifest = insitu.split_by_chunk(geoms["a"], (0.5, 0.5))
     with insitu.InSituDataset(store, manifest, batch_size=5, chunk_transforms=[chain]) as ds:
         assert ds.train.sample_shapes == {"a": (4, 12), "b": (4, 12)}

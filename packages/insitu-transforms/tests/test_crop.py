@@ -130,8 +130,9 @@ def test_crop_larger_than_the_field_names_the_bound_and_the_shape() -> None:
 def test_crop_refuses_unknown_dimensions_and_names_without_dims() -> None:
     with pytest.raises(ConfigError, match=r"unknown dimension\(s\) \['latitde'\]"):
         Crop(latitde=slice(0, 4), dims=DIMS)
+    unbound = Crop(latitude=slice(0, 4))  # names wait for a dataset to bind each array's geometry
     with pytest.raises(ConfigError, match="need the arrays' dimension names"):
-        Crop(latitude=slice(0, 4))
+        unbound.out_spec((6, 16, 32), np.dtype("f4"), name="t2m")
     with pytest.raises(ConfigError, match="takes no step"):
         Crop(latitude=slice(0, 4, 2), dims=DIMS)
     with pytest.raises(ConfigError, match="integer indices"):
@@ -386,3 +387,30 @@ def test_random_crop_through_the_engine_is_the_same_whatever_the_batching(tmp_pa
         np.testing.assert_array_equal(first[s], second[s])
     later = windows_by_sample(4, True, epoch=1)
     assert sum(not np.array_equal(first[s], later[s]) for s in range(24)) > 12
+
+
+def test_crop_without_dims_is_bound_to_each_array_by_the_dataset(tmp_path: Path) -> None:
+    data = write_store(tmp_path)
+    store = insitu.open_store(tmp_path)
+    geoms = insitu.open_geometries(store, include_static=True)
+    manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,))
+    crop = Crop(latitude=[2, 10], longitude=slice(4, 20))  # a [start, stop] pair, as a config gives it
+    assert crop.bind(geoms["t2m"]).fingerprint() != crop.fingerprint()
+    assert crop.bind(geoms["t2m"])("t2m", data["t2m"][:2]).shape == (2, 8, 16)
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=5, chunk_transforms=[crop]) as ds:
+        assert ds.train.sample_shapes == {"t2m": (8, 16), "lsm": (8, 16)}
+        for b in ds.train:
+            np.testing.assert_array_equal(b["t2m"], data["t2m"][b.sample_indices, 2:10, 4:20])
+            np.testing.assert_array_equal(b["lsm"], data["lsm"][None, 2:10, 4:20])
+    with pytest.raises(
+        ConfigError,
+        match=r"array 't2m' has no dimension\(s\) \['lat'\] \(its dimensions: \['latitude', 'longitude'\]\)",
+    ):
+        insitu.InSituDataset(store, manifest, geoms, chunk_transforms=[Crop(lat=slice(0, 4))])
+    on_lsm = Crop(level=slice(0, 1), labels=["lsm"])  # limited to an array: the others are not checked
+    with pytest.raises(ConfigError, match="array 'lsm' has no dimension"):
+        insitu.InSituDataset(store, manifest, geoms, chunk_transforms=[on_lsm])
+    with insitu.InSituDataset(
+        store, manifest, geoms, chunk_transforms={"t2m": [Crop(latitude=slice(0, 4), labels=["t2m"])]}
+    ) as ds:
+        assert ds.train.sample_shapes == {"t2m": (4, 32), "lsm": (16, 32)}

@@ -7,6 +7,7 @@ repeated per epoch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +15,16 @@ from typing import Any
 import numpy as np
 
 from insitu.errors import ConfigError
-from insitu.geometry import is_integer
-from insitu_transforms.dims import DimKey, DimsSource, DimTable, check_keys, needs_table, resolve_axes
+from insitu.geometry import ArrayGeometry, is_integer
+from insitu_transforms.dims import (
+    DimKey,
+    DimsSource,
+    DimTable,
+    bound_table,
+    check_keys,
+    needs_table,
+    resolve_axes,
+)
 
 _HOW = ("mean", "max")
 _BOUNDARY = ("exact", "trim")
@@ -38,9 +47,13 @@ class Coarsen:
     ``boundary="exact"`` (the default) requires every factor to divide its
     axis, and is an error at dataset construction naming the shape and the
     factor otherwise; ``"trim"`` drops the trailing cells that do not fill a
-    block. An array without any of the named dimensions passes through;
-    ``labels`` limits it to some arrays (by array name). A chunk transform
-    that declares its output (``out_spec``).
+    block. ``labels`` limits it to some arrays (by array name). A chunk
+    transform that declares its output (``out_spec``).
+
+    Dimension names are resolved as for :class:`~insitu_transforms.crop.Crop`:
+    bound to each array's geometry by an ``InSituDataset`` (an array lacking
+    a named dimension is an error), or given with ``dims=`` (an array without
+    any of them passes through; a name no array has is an error).
     """
 
     factors: tuple[tuple[DimKey, int], ...]
@@ -77,7 +90,10 @@ class Coarsen:
         object.__setattr__(self, "factors", tuple(parts))
         object.__setattr__(self, "how", how)
         object.__setattr__(self, "boundary", boundary)
-        object.__setattr__(self, "dims", needs_table(keys, dims, key="name", what="Coarsen"))
+        # Without dims, names wait for bind(geom): the dataset binds each array's geometry.
+        object.__setattr__(
+            self, "dims", None if dims is None else needs_table(keys, dims, key="name", what="Coarsen")
+        )
         object.__setattr__(self, "labels", None if labels is None else frozenset(labels))
 
     def _plan(self, name: str, sample_shape: tuple[int, ...]) -> dict[int, int]:
@@ -108,7 +124,19 @@ class Coarsen:
         return dtype
 
     def applies_to(self, name: str) -> bool:
+        """Whether array ``name`` is coarsened (``labels``)."""
         return self.labels is None or name in self.labels
+
+    def bind(self, geom: ArrayGeometry) -> Coarsen:
+        """This transform for one array: dimension names taken from ``geom`` when ``dims`` was not
+        given (``InSituDataset`` calls it once per array). Raises ConfigError when the array lacks a
+        named dimension."""
+        named = [k for k, _ in self.factors if isinstance(k, str)]
+        if self.dims is not None or not named or not self.applies_to(geom.name):
+            return self
+        bound = copy.copy(self)
+        object.__setattr__(bound, "dims", bound_table(named, geom, what="Coarsen"))
+        return bound
 
     def out_spec(
         self, shape: tuple[int, ...], dtype: np.dtype[Any], *, name: str

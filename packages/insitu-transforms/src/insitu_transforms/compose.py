@@ -15,6 +15,8 @@ import numpy as np
 
 from insitu.batch import Batch
 from insitu.errors import ConfigError
+from insitu.geometry import ArrayGeometry
+from insitu.transform_config import bind_to_array
 from insitu.transforms import describe, transform_fingerprint
 
 
@@ -73,6 +75,14 @@ class Compose:
         for t in self.transforms:
             result = t(name, result)
         return result
+
+    def bind(self, geom: ArrayGeometry) -> Compose:
+        """The chain with each member that defines ``bind(geom)`` bound to ``geom``, as the
+        dataset binds the transforms it is given, once per array."""
+        bound = tuple(bind_to_array(t, geom) for t in self.transforms)
+        if all(b is t for b, t in zip(bound, self.transforms, strict=True)):
+            return self
+        return Compose(bound)
 
     def out_spec(
         self, shape: tuple[int, ...], dtype: np.dtype[Any], *, name: str

@@ -10,6 +10,7 @@ per batch instead, from a stream keyed by (seed, epoch, sample index).
 
 from __future__ import annotations
 
+import copy
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from insitu_transforms.dims import (
     DimsSource,
     DimTable,
     base_label,
+    bound_table,
     check_keys,
     needs_table,
     resolve_axes,
@@ -53,12 +55,20 @@ class Crop:
 
     A chunk transform: it runs once per decoded chunk and declares its output
     shape (``out_spec``), so the pool holds only the region. Slices take
-    integer (or negative, from the end) bounds and no step. Names need the
-    arrays' dimension names, ``dims=`` (see :mod:`insitu_transforms.dims`);
-    an array without any of the named dimensions passes through, and one
-    with some of them is cropped on those. ``labels`` limits the crop to some
-    arrays (by array name, as with :class:`~insitu_transforms.chunk.Cast`).
-    :meth:`by_value` crops by coordinate value.
+    integer (or negative, from the end) bounds and no step; a ``[start,
+    stop]`` pair is read as a slice (for configurations). ``labels`` limits
+    the crop to some arrays (by array name, as with
+    :class:`~insitu_transforms.chunk.Cast`). :meth:`by_value` crops by
+    coordinate value.
+
+    Dimension names are resolved with each array's own names: given to an
+    ``InSituDataset``, the crop is bound to every array's geometry
+    (:meth:`bind`), and an array lacking a named dimension is an error (limit
+    the crop with ``labels``). ``dims=`` gives the names instead (see
+    :mod:`insitu_transforms.dims`), for use outside a dataset or after a
+    transform that renamed axes; then an array without any of the named
+    dimensions passes through, one with some of them is cropped on those,
+    and a name no array has is an error.
 
     To read less, select instead: ``geom.sel(latitude=slice(60, 30))`` or
     ``geom.isel(...)`` (docs/real-data.md) fetches and decodes only the
@@ -76,12 +86,12 @@ class Crop:
 
     def __init__(
         self,
-        region: Mapping[DimKey, slice] | None = None,
+        region: Mapping[DimKey, slice | Sequence[int | None]] | None = None,
         /,
         *,
         dims: DimsSource | None = None,
         labels: Iterable[str] | None = None,
-        **by_name: slice,
+        **by_name: slice | Sequence[int | None],
     ) -> None:
         given: dict[Any, Any] = dict(region or {})
         both = sorted(set(map(str, given)) & set(by_name))
@@ -93,6 +103,8 @@ class Crop:
         keys = check_keys(given, "Crop")
         parts = []
         for k, s in zip(keys, given.values(), strict=True):
+            if isinstance(s, (list, tuple)) and len(s) == 2:  # [start, stop]: what JSON and YAML can say
+                s = slice(*s)
             if not isinstance(s, slice):
                 raise ConfigError(f"Crop {_show(k)}={s!r}: a crop is a slice(start, stop) of indices")
             for bound in (s.start, s.stop):
@@ -107,7 +119,10 @@ class Crop:
                 (k, None if s.start is None else int(s.start), None if s.stop is None else int(s.stop))
             )
         object.__setattr__(self, "region", tuple(parts))
-        object.__setattr__(self, "dims", needs_table(keys, dims, key="name", what="Crop"))
+        # Without dims, names wait for bind(geom): the dataset binds each array's geometry.
+        object.__setattr__(
+            self, "dims", None if dims is None else needs_table(keys, dims, key="name", what="Crop")
+        )
         object.__setattr__(self, "labels", _labels(labels, "Crop"))
 
     @classmethod
@@ -179,7 +194,19 @@ class Crop:
         return plan
 
     def applies_to(self, name: str) -> bool:
+        """Whether the crop cuts array ``name`` (``labels``)."""
         return self.labels is None or name in self.labels
+
+    def bind(self, geom: ArrayGeometry) -> Crop:
+        """This crop for one array: dimension names taken from ``geom`` when ``dims`` was not given
+        (``InSituDataset`` calls it once per array). Raises ConfigError when the array lacks a
+        named dimension."""
+        named = [k for k, _, _ in self.region if isinstance(k, str)]
+        if self.dims is not None or not named or not self.applies_to(geom.name):
+            return self
+        bound = copy.copy(self)
+        object.__setattr__(bound, "dims", bound_table(named, geom, what="Crop"))
+        return bound
 
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
         if not self.applies_to(name):

@@ -166,6 +166,21 @@ def needs_table(
     return table
 
 
+def bound_table(keys: Iterable[DimKey], geom: ArrayGeometry, *, what: str) -> DimTable:
+    """The names of one array, for a chunk transform built without ``dims=`` that a dataset binds
+    to it (``bind(geom)``): every named key must be a dimension of that array, so a misspelt name
+    is an error rather than an array passed through."""
+    names = geom.delivered_dims
+    missing = [k for k in keys if isinstance(k, str) and k not in names]
+    if missing:
+        raise ConfigError(
+            f"{what}: array {geom.name!r} has no dimension(s) {missing} (its dimensions: {list(names)}); "
+            "limit the transform to the arrays that have them with labels=[...] or "
+            "chunk_transforms={array: [...]}"
+        )
+    return DimTable(by_key=((geom.name, names),))
+
+
 def resolve_axes(
     keys: Sequence[DimKey], table: DimTable | None, key: str, ndim: int, *, what: str
 ) -> dict[DimKey, int]:
@@ -176,6 +191,13 @@ def resolve_axes(
     an integer beyond ``ndim``, names that do not match ``ndim``, or two keys
     naming one axis are errors naming the array."""
     names = table.lookup(key) if table is not None else None
+    named = [k for k in keys if isinstance(k, str)]
+    if table is None and named:
+        raise ConfigError(
+            f"{what}: dimension name(s) {named} for array {key!r} need the arrays' dimension names; "
+            "pass dims=geometries (from insitu.open_geometries) or a tuple of names, or give the "
+            "transform to an InSituDataset, which binds it to each array's geometry"
+        )
     if names is not None and len(names) != ndim:
         raise ConfigError(
             f"{what}: array {key!r} has dimensions {list(names)} but its samples have {ndim} axes; "
@@ -239,6 +261,7 @@ __all__ = [
     "DimTable",
     "DimsSource",
     "base_label",
+    "bound_table",
     "check_keys",
     "describe_keys",
     "needs_table",
