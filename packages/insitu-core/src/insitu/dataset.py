@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,8 @@ from insitu.plan import EpochPlan, plan_epoch
 from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
 from insitu.splits import SplitManifest
 from insitu.statics import read_statics, static_spec
+from insitu.stats import PassReport, Stats
+from insitu.stats import logger as stats_logger
 from insitu.transform_config import bind_to_array, transforms_from_config
 from insitu.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
@@ -147,6 +149,7 @@ class InSituDataset:
         static_bytes = sum(static_spec(g, transforms.get(g.name, ())).nbytes for g in self.statics)
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
         self._epoch = 0
+        self._stats_callbacks: list[Callable[[PassReport], Any]] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
         # Weak: an iterator dropped mid-epoch (``break``) is collected, and its finaliser unregisters it.
@@ -392,10 +395,11 @@ class InSituDataset:
 
     # -- statistics and lifetime -------------------------------------------------
     @property
-    def stats(self) -> dict[str, Any]:
-        """Live counters: reads, retries, bytes, decodes, hits and hit rate, bad/missing chunks, resident
-        bytes, and, from the consumer's side, throughput and the fraction of time spent waiting
-        for data (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
+    def stats(self) -> Stats:
+        """A snapshot of the live counters (:class:`insitu.stats.Stats`, also readable as a mapping):
+        reads, retries, bytes, decodes, hits and hit rate, bad/missing chunks, resident bytes, and,
+        from the consumer's side, throughput and the fraction of time spent waiting for data
+        (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
         out: dict[str, Any] = self.engine.stats.as_dict()
         # Retries of transient store errors, by whichever single layer retried them (the engine
         # for plain stores, the store itself for stores that retry and count).
@@ -411,12 +415,28 @@ class InSituDataset:
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes
-        uses = out["slab_hits"] + out["slabs_loaded"]
-        out["hit_rate"] = out["slab_hits"] / uses if uses else 0.0
-        busy = out["iterating_s"]
-        out["stall_fraction"] = out["waiting_s"] / busy if busy else 0.0
-        out["samples_per_s"] = out["samples"] / busy if busy else 0.0
-        return out
+        return Stats.from_counters(out)
+
+    def add_stats_callback(self, callback: Callable[[PassReport], Any]) -> None:
+        """Call ``callback(report)`` when each pass over a view ends (an epoch, or a pass stopped
+        early by the iterator's ``close()``), on the consumer's thread: export to a metrics system here.
+        A callback that raises is logged and skipped; training goes on."""
+        if not callable(callback):
+            raise ConfigError(f"a stats callback must be callable, got {callback!r}")
+        self._stats_callbacks.append(callback)
+
+    def remove_stats_callback(self, callback: Callable[[PassReport], Any]) -> None:
+        """Stop calling a callback added with :meth:`add_stats_callback`."""
+        self._stats_callbacks.remove(callback)
+
+    def report_pass(self, report: PassReport) -> None:
+        """Log one ended pass at INFO (``insitu.epoch``) and hand it to the stats callbacks."""
+        stats_logger.info("%s", report.line())
+        for callback in list(self._stats_callbacks):
+            try:
+                callback(report)
+            except Exception:
+                stats_logger.warning("stats callback %r failed; skipped", callback, exc_info=True)
 
     @property
     def closed(self) -> bool:

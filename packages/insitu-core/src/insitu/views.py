@@ -29,6 +29,8 @@ from insitu.loop import in_loop_thread, submit
 from insitu.options import BadChunkPolicy, check_rank
 from insitu.plan import EpochPlan
 from insitu.pool import SlotDemand
+from insitu.progress import Progress, track
+from insitu.stats import PassReport, Stats, difference
 
 if TYPE_CHECKING:
     from insitu.dataset import InSituDataset
@@ -50,6 +52,24 @@ class DatasetView:
         self.world_size = world_size
         self._progress: tuple[int, int] | None = None  # (epoch, batches handed out) of the last pass
         self._resume: tuple[int, int] | None = None  # (epoch, first batch) for the next pass
+        self.last_pass: PassReport | None = None  # the report of the last pass that ended
+        #: Totals over every pass of this view: passes, batches, samples, seconds, waiting_s.
+        self.totals: dict[str, float] = {
+            "passes": 0,
+            "batches": 0,
+            "samples": 0,
+            "seconds": 0.0,
+            "waiting_s": 0.0,
+        }
+
+    def iter(self, *, progress: Progress = False) -> Iterator[Batch]:
+        """One pass, as ``iter(view)``, with opt-in progress: ``progress=True`` shows a tqdm bar on
+        stderr (plain lines without tqdm), a callable receives ``(batches_done, total)``."""
+        passing = iter(self)
+        if not progress:
+            return passing
+        desc = f"{self.split} epoch {passing.epoch}"
+        return track(passing, total=len(self) - passing.batches_done, desc=desc, progress=progress)
 
     def shard(self, rank: int, world_size: int) -> DatasetView:
         """This split as seen by ``rank`` of ``world_size``: disjoint chunks, equal batch counts."""
@@ -217,6 +237,8 @@ class ViewIterator(Iterator[Batch]):
         self._future: concurrent.futures.Future[None] | None = None
         self._finished = False
         self._started_at = 0.0
+        self._before: Stats | None = None  # the engine's counters when this pass started
+        self._pass = {"batches": 0, "samples": 0, "waiting_s": 0.0}
         ds.register(self)  # checks the budget against every other live iterator, or raises
         view._progress = (epoch, start_batch)
 
@@ -233,6 +255,7 @@ class ViewIterator(Iterator[Batch]):
                 "this InSituDataset was closed while one of its views was being iterated"
             )
         if self._future is None:
+            self._before = ds.stats
             self._started_at = time.perf_counter()
             self._future = submit(self._run.main())
         run, stats = self._run, self._engine.stats
@@ -241,7 +264,9 @@ class ViewIterator(Iterator[Batch]):
             try:
                 item = run.out.get(timeout=0.5)
             except queue.Empty:
-                stats.waiting_s += time.perf_counter() - t0
+                waited = time.perf_counter() - t0
+                stats.waiting_s += waited
+                self._pass["waiting_s"] += waited
                 if _is_closed(ds):  # closed meanwhile, by another thread
                     item = CLOSED
                 elif self._future.done() and run.out.empty():
@@ -250,9 +275,11 @@ class ViewIterator(Iterator[Batch]):
                     raise RuntimeError("insitu: epoch ended without a final marker") from None
                 else:
                     continue
-            stats.waiting_s += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            stats.waiting_s += waited
+            self._pass["waiting_s"] += waited
             if item is END:
-                self._finish(wait=True)
+                self._finish(wait=True, report=True, completed=True)
                 raise StopIteration
             if item is CLOSED:
                 self._finish(wait=False)
@@ -265,11 +292,13 @@ class ViewIterator(Iterator[Batch]):
             self._loop.call_soon_threadsafe(run.release_credit)
             self.batches_done = item.index + 1
             self.view._progress = (self.epoch, self.batches_done)  # counted as handed out once returned
+            self._pass["batches"] += 1
+            self._pass["samples"] += item.size
             return item
 
     def close(self) -> None:
         """Stop this pass early and release what it holds; waits for the run to stop."""
-        self._finish(wait=True)
+        self._finish(wait=True, report=True, completed=False)
 
     def wake_closed(self) -> None:
         """The dataset is closing: cancel the run and wake a consumer blocked in ``next()``."""
@@ -280,20 +309,47 @@ class ViewIterator(Iterator[Batch]):
         with contextlib.suppress(RuntimeError):  # the loop is gone: nothing is running there
             self._loop.call_soon_threadsafe(self._run.cancel)
 
-    def _finish(self, *, wait: bool) -> None:
+    def _finish(self, *, wait: bool, report: bool = False, completed: bool = False) -> None:
         if self._finished:
             return
         self._finished = True
         self._dataset.unregister(self)
         if self._future is None:
             return
-        self._engine.stats.iterating_s += time.perf_counter() - self._started_at
+        seconds = time.perf_counter() - self._started_at
+        self._engine.stats.iterating_s += seconds
+        if report:  # a pass ended on the consumer's thread (never from a finaliser)
+            self._report(seconds, completed)
         self._cancel()
         # Waiting lets the run release its pins before a next pass starts. Never from the loop's
         # own thread (it would wait for itself) or while the interpreter shuts down.
         if wait and not in_loop_thread() and not sys.is_finalizing() and threading.main_thread().is_alive():
             with contextlib.suppress(concurrent.futures.CancelledError, Exception):
                 self._future.result(timeout=60)
+
+    def _report(self, seconds: float, completed: bool) -> None:
+        view, done = self.view, self._pass
+        before = self._before if self._before is not None else Stats()
+        report = PassReport(
+            split=view.split,
+            epoch=self.epoch,
+            rank=view.rank,
+            world_size=view.world_size,
+            batches=int(done["batches"]),
+            samples=int(done["samples"]),
+            seconds=seconds,
+            waiting_s=float(done["waiting_s"]),
+            completed=completed,
+            engine=difference(self._dataset.stats, before),
+        )
+        view.last_pass = report
+        totals = view.totals
+        totals["passes"] += 1
+        totals["batches"] += report.batches
+        totals["samples"] += report.samples
+        totals["seconds"] += seconds
+        totals["waiting_s"] += report.waiting_s
+        self._dataset.report_pass(report)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,0 +1,164 @@
+"""Statistics a user reads, logs or exports: typed snapshots, per dataset, per view and per pass.
+
+:class:`Stats` (``dataset.stats``) is a frozen snapshot of the engine's
+counters. Counters only grow over a dataset's life; the few *gauges*
+(``resident_bytes``, ``peak_resident_bytes``, ``budget_bytes``) and the
+*rates* derived from counters (``hit_rate``, ``stall_fraction``,
+``samples_per_s``) are marked as such. It reads as a mapping too
+(``stats["reads"]``), and ``as_dict()`` is JSON-ready.
+
+:class:`PassReport` is one pass over a view (an epoch, or the part of it a
+consumer took): what it delivered and the engine work done meanwhile (the
+difference of two snapshots). Each pass that ends is logged at INFO on the
+``insitu.epoch`` logger in one line, and handed to every callback added with
+``dataset.add_stats_callback`` — the place to export to a metrics system.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+logger = logging.getLogger("insitu.epoch")
+
+
+@dataclass(frozen=True)
+class Stats(Mapping[str, Any]):
+    """A snapshot of a dataset's engine. Counters never go backwards; gauges and rates are noted."""
+
+    reads: int = 0  #: GETs issued (whole chunks, byte ranges, shard indexes)
+    bytes_read: int = 0
+    chunks_decoded: int = 0
+    slabs_loaded: int = 0
+    slab_hits: int = 0  #: slab uses served by the pool without a load
+    missing_chunks: int = 0  #: absent from the store: fill value
+    bad_chunks: int = 0  #: failed to read or decode (on_bad_chunk="nan"/"skip"), of which:
+    bad_chunks_read: int = 0
+    bad_chunks_size: int = 0
+    bad_chunks_decode: int = 0
+    batches: int = 0
+    samples: int = 0
+    skipped_samples: int = 0
+    iterating_s: float = 0.0  #: consumer wall time inside view iteration
+    waiting_s: float = 0.0  #: ... of which spent waiting for the next batch
+    retries: int = 0  #: transient store errors retried
+    timeouts: int = 0
+    cache_verified_slabs: int = 0  #: persisted slabs checked and reused at open
+    cache_stale_slabs: int = 0
+    cache_corrupt_slabs: int = 0
+    resident_bytes: int = 0  #: gauge: pool bytes holding slabs now
+    peak_resident_bytes: int = 0  #: gauge: most ever held
+    budget_bytes: int = 0  #: gauge: the pool's byte budget
+    hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded)
+    stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
+    samples_per_s: float = 0.0  #: rate: samples / iterating_s
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, Any]) -> Stats:
+        """A snapshot from raw counters; the rates are derived here."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in counters.items() if k in known}
+        uses = values.get("slab_hits", 0) + values.get("slabs_loaded", 0)
+        busy = values.get("iterating_s", 0.0)
+        values["hit_rate"] = values.get("slab_hits", 0) / uses if uses else 0.0
+        values["stall_fraction"] = values.get("waiting_s", 0.0) / busy if busy else 0.0
+        values["samples_per_s"] = values.get("samples", 0) / busy if busy else 0.0
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+#: Counters whose difference over a pass is reported (gauges and rates are not differences).
+PASS_COUNTERS = (
+    "reads",
+    "bytes_read",
+    "chunks_decoded",
+    "slabs_loaded",
+    "slab_hits",
+    "retries",
+    "timeouts",
+    "bad_chunks",
+    "missing_chunks",
+    "skipped_samples",
+)
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """One pass over a view: what it delivered and the engine's work meanwhile."""
+
+    split: str
+    epoch: int
+    rank: int
+    world_size: int
+    batches: int
+    samples: int
+    seconds: float
+    waiting_s: float
+    completed: bool  #: False when the consumer stopped the pass with the iterator's close()
+    engine: Mapping[str, int]  #: differences of :data:`PASS_COUNTERS` over the pass
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds else 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.waiting_s / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.engine.get("bytes_read", 0) / 1e6 / self.seconds if self.seconds else 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        uses = self.engine.get("slab_hits", 0) + self.engine.get("slabs_loaded", 0)
+        return self.engine.get("slab_hits", 0) / uses if uses else 0.0
+
+    def line(self) -> str:
+        """The one-line summary logged at INFO."""
+        rank = f" rank {self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        ended = "" if self.completed else " (stopped early)"
+        e = self.engine
+        return (
+            f"{self.split} epoch {self.epoch}{rank}{ended}: {self.samples} samples in {self.batches} batches, "
+            f"{self.seconds:.2f} s ({self.samples_per_s:.0f} samples/s, {self.mb_per_s:.1f} MB/s read), "
+            f"stall {self.stall_fraction:.0%}, hit rate {self.hit_rate:.2f}, "
+            f"retries {e.get('retries', 0)}, bad chunks {e.get('bad_chunks', 0)}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "engine": dict(self.engine),
+            "samples_per_s": self.samples_per_s,
+            "stall_fraction": self.stall_fraction,
+            "mb_per_s": self.mb_per_s,
+            "hit_rate": self.hit_rate,
+        }
+
+
+def difference(after: Stats, before: Stats) -> dict[str, int]:
+    """Each of :data:`PASS_COUNTERS` in ``after`` minus ``before``."""
+    return {k: int(after[k] - before[k]) for k in PASS_COUNTERS}
+
+
+__all__ = ["PASS_COUNTERS", "PassReport", "Stats", "difference", "logger"]
