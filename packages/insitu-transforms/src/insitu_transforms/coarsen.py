@@ -36,8 +36,8 @@ def _show(key: DimKey) -> str:
 
 @dataclass(frozen=True, init=False)
 class Coarsen:
-    """Reduce blocks of ``factors`` cells to one: ``Coarsen({"latitude": 4, "longitude": 4},
-    dims=geoms)`` (keys may be axis positions, 0 being the first after the sample axis).
+    """Reduce blocks of ``factors`` cells to one: ``Coarsen({"latitude": 4, "longitude": 4})``
+    (keys may be axis positions, 0 being the first after the sample axis).
 
     ``how="mean"`` ignores NaN as ``np.nanmean`` does (a block of NaN only
     gives NaN, without a warning); ``how="max"`` likewise (``np.nanmax``).

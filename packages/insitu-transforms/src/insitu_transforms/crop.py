@@ -49,9 +49,8 @@ def _show(key: DimKey) -> str:
 # -- Crop ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, init=False)
 class Crop:
-    """Keep a fixed region of each sample: ``Crop(latitude=slice(10, 40), longitude=slice(0, 64),
-    dims=geoms)``, or by axis position, ``Crop({0: slice(10, 40)})`` (0 is the first axis after
-    the sample axis).
+    """Keep a fixed region of each sample: ``Crop(latitude=slice(10, 40), longitude=slice(0, 64))``,
+    or by axis position, ``Crop({0: slice(10, 40)})`` (0 is the first axis after the sample axis).
 
     A chunk transform: it runs once per decoded chunk and declares its output
     shape (``out_spec``), so the pool holds only the region. Slices take
@@ -99,7 +98,9 @@ class Crop:
             raise ConfigError(f"Crop: dimension(s) {both} given twice")
         given.update(by_name)
         if not given:
-            raise ConfigError("Crop needs a region, e.g. Crop(latitude=slice(10, 40), dims=geoms)")
+            raise ConfigError(
+                "Crop needs a region, e.g. Crop(latitude=slice(10, 40), longitude=slice(0, 64))"
+            )
         keys = check_keys(given, "Crop")
         parts = []
         for k, s in zip(keys, given.values(), strict=True):

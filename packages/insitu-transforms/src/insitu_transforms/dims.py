@@ -5,7 +5,11 @@ transform with a batch: neither says which axis is ``latitude``. Transforms
 that take dimension names (:class:`~insitu_transforms.crop.Crop`,
 :class:`~insitu_transforms.coarsen.Coarsen`,
 :class:`~insitu_transforms.crop.RandomCrop`, ``StandardScaler.fit(per=...)``)
-are therefore told the names when they are built, with ``dims=``:
+are therefore told the names. A chunk transform given to an
+``InSituDataset`` without ``dims=`` (Crop, Coarsen) is bound to each array's
+geometry by the dataset (``bind(geom)``) and takes that array's names; a
+batch transform, or a chunk transform used outside a dataset or after one
+that renamed axes, is given them when built, with ``dims=``:
 
 * the geometries the dataset is built from (``insitu.open_geometries(store)``,
   a mapping or a sequence of :class:`~insitu.geometry.ArrayGeometry`), one
