@@ -137,3 +137,26 @@ def test_the_command_line_runs_the_checker(store_path: Path) -> None:
     )
     assert bad.returncode == 1, bad.stderr
     assert "must define out_spec" in bad.stdout
+
+
+def test_a_transform_that_binds_is_bound_before_checking(store_path: Path) -> None:
+    """Crop takes dimension names from the array, as the dataset binds it."""
+    from insitu_transforms import Crop
+
+    report = check_transform(
+        Crop(lat=slice(0, 4), lon=slice(2, 10)), str(store_path), "t2m", measure_threads=False
+    )
+    assert report.ok, str(report)
+    assert report.output_shape == (10, 4, 8)
+
+
+def test_scaler_fit_reports_progress(store_path: Path) -> None:
+    from insitu_transforms import StandardScaler
+
+    store = insitu.open_store(store_path)
+    geoms = insitu.open_geometries(store, ["t2m"], "time")
+    manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,), names=["train"])
+    calls: list[tuple[int, int | None]] = []
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=10) as data:
+        StandardScaler.fit(data, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]

@@ -19,6 +19,7 @@ import numpy as np
 
 from insitu.batch import Batch
 from insitu.errors import ConfigError
+from insitu.progress import Progress, track
 from insitu.splits import SplitManifest
 from insitu_transforms.dims import (
     DimKey,
@@ -144,6 +145,7 @@ class StandardScaler:
         per: Sequence[DimKey] | DimKey = (),
         dims: DimsSource | None = None,
         split: str = "train",
+        progress: Progress = False,
     ) -> StandardScaler:
         """Mean and std per label from one streaming pass over ``view``.
 
@@ -166,6 +168,8 @@ class StandardScaler:
         statistics; a name no label has is an error. Statistics are merged
         batch by batch in float64 (Chan et al.), vectorised over the kept
         indices. ``max_batches`` stops early for a quick estimate.
+        ``progress=True`` shows a bar (or lines) on stderr during the pass; a
+        callable receives ``(batches_done, total)``.
         """
         from insitu.dataset import InSituDataset
         from insitu.views import DatasetView
@@ -187,6 +191,11 @@ class StandardScaler:
         moments: dict[str, _Moments] = {}
         kept: dict[str, dict[DimKey, int]] = {}
         wanted = None if labels is None else list(labels)
+        if progress:
+            total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
+            if total is not None and max_batches is not None:
+                total = min(total, max_batches)
+            batches = track(batches, total=total, desc="fitting StandardScaler", progress=progress)
         for n, batch in enumerate(batches):
             if max_batches is not None and n >= max_batches:
                 break
