@@ -161,6 +161,18 @@ def test_a_regional_source_renormalises_partial_cells_and_refuses_targets_outsid
         Regrid(source, east, "conservative", cache_dir=False)
 
 
+def test_a_regional_source_across_the_antimeridian_coarse_grains_exactly() -> None:
+    # 1° cells from 170°E to 170°W (stored 170.5 .. 179.5, -179.5 .. -170.5), 4° target cells.
+    lon = np.concatenate([np.arange(170.5, 180, 1.0), np.arange(-179.5, -170, 1.0)])
+    source = Grid.from_coords(np.arange(-9.5, 10, 1.0), lon)
+    target = Grid.from_coords(np.arange(-8.0, 9, 4.0), np.array([172.0, 176.0, -180.0, -176.0, -172.0]))
+    field = np.random.default_rng(4).normal(size=(1, *source.shape))
+    band = np.diff(np.sin(np.radians(np.arange(-10.0, 10.5, 1.0))))
+    w = np.broadcast_to(band[:, None], source.shape)
+    want = (field[0] * w).reshape(5, 4, 5, 4).sum(axis=(1, 3)) / w.reshape(5, 4, 5, 4).sum(axis=(1, 3))
+    np.testing.assert_allclose(regrid(source, target, field)[0], want, rtol=1e-12)
+
+
 def test_conservative_on_a_curvilinear_grid_is_refused() -> None:
     i, j = np.meshgrid(np.arange(10.0), np.arange(20.0), indexing="ij")
     curvy = Grid.from_coords(10 + 2 * i + 0.3 * j, 20 + 2 * j - 0.5 * i)

@@ -120,8 +120,9 @@ class Regrid:
 
     @property
     def weights(self) -> sp.csr_matrix:
-        """The float64 weights, ``(target.size, source.size)``, cells in C order."""
-        return self._load()
+        """A copy of the float64 weights, ``(target.size, source.size)``, cells in C order (the
+        cached matrix itself is shared by every Regrid of these grids)."""
+        return self._load().copy()
 
     # -- the chunk-transform contract ------------------------------------------------------------
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
