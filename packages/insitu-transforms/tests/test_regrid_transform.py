@@ -112,18 +112,39 @@ def _geometry(dims: tuple[str, ...], shape: tuple[int, ...]) -> ArrayGeometry:
 def test_for_array_reads_the_grid_and_requires_lat_lon_last() -> None:
     geom = _geometry(("time", "level", "latitude", "longitude"), (8, 3, 36, 72))
     r = Regrid.for_array(geom, "15deg", "conservative", cache_dir=False)
+    assert r.source is not None
     assert r.source.shape == (36, 72)
     assert r.out_spec((2, 3, 36, 72), np.dtype("f4"), name="t") == ((2, 3, 12, 24), np.dtype("f4"))
     box = Regrid.for_array(
         geom.sel(latitude=slice(60, 30), longitude=slice(350, 20)),
         Grid.from_coords([40.0, 50.0], [0.0, 10.0]),
     )
+    assert box.source is not None
     assert box.source.shape == (6, 6)
     swapped = _geometry(("time", "longitude", "latitude"), (8, 72, 36))
     with pytest.raises(
         ConfigError, match=r"must be \('latitude', 'longitude'\) in that order.*\['longitude', 'latitude'\]"
     ):
         Regrid.for_array(swapped, "15deg")
+
+
+def test_without_a_source_the_dataset_binds_one_per_array() -> None:
+    template = Regrid(target="15deg", method="conservative", cache_dir=False)
+    assert template.source is None
+    assert "unbound" in template.fingerprint()
+    with pytest.raises(ConfigError, match=r"no source grid for array 't'.*InSituDataset.*for_array"):
+        template("t", np.zeros((1, 36, 72), "f4"))
+    geom = _geometry(("time", "level", "latitude", "longitude"), (8, 3, 36, 72))
+    bound = template.bind(geom)
+    assert bound.source == Grid.from_geometry(geom)
+    assert (
+        bound.fingerprint() == Regrid.for_array(geom, "15deg", "conservative", cache_dir=False).fingerprint()
+    )
+    assert bound.bind(geom) is bound  # a Regrid with a source is kept as it is
+    with pytest.raises(ConfigError, match="needs a target"):
+        Regrid()
+    with pytest.raises(ConfigError, match=r"must be \('lat', 'lon'\)"):
+        Regrid(target="15deg", dims=("lat", "lon")).bind(geom)
 
 
 def test_fingerprint_names_the_method_and_both_grids() -> None:
@@ -318,7 +339,8 @@ def block_mean_reference(data: np.ndarray) -> np.ndarray:
     return total / (3 * band.reshape(12, 3).sum(axis=1))[:, None]
 
 
-def test_batches_through_the_engine_are_regridded_once_per_chunk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["for_array", "bound-by-the-dataset", "shared-chain"])
+def test_batches_through_the_engine_are_regridded_once_per_chunk(tmp_path: Path, how: str) -> None:
     data = write_store(tmp_path / "data")
     calls: list[int] = []
 
@@ -329,10 +351,15 @@ def test_batches_through_the_engine_are_regridded_once_per_chunk(tmp_path: Path)
 
     store = LocalStore(tmp_path / "data", read_only=True)
     geoms = insitu.open_geometries(store)
-    regrid = Counted.for_array(geoms["t2m"], TARGET, "conservative", cache_dir=tmp_path / "weights")
+    chain: Any
+    if how == "for_array":
+        chain = {"t2m": [Counted.for_array(geoms["t2m"], TARGET, "conservative", cache_dir=tmp_path / "w")]}
+    else:  # a Regrid without a source, completed from the array's coordinates when the dataset binds it
+        template = Counted(target=TARGET, method="conservative", cache_dir=tmp_path / "w")
+        chain = {"t2m": [template]} if how == "bound-by-the-dataset" else [template]
     manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,))
     want = block_mean_reference(data)
-    with insitu.InSituDataset(store, manifest, geoms, batch_size=3, chunk_transforms={"t2m": [regrid]}) as ds:
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=3, chunk_transforms=chain) as ds:
         assert ds.train.sample_shapes == {"t2m": (12, 24)}
         assert ds.train.dtypes == {"t2m": np.dtype("float32")}
         seen = []

@@ -29,10 +29,17 @@ class Regrid:
     (``Grid.from_geometry(geom)``, ``Grid.from_coords(lat, lon)``), ``target``
     a Grid or a resolution for :meth:`Grid.regular` (``"1.5deg"``). Blocks
     are ``(rows, ..., lat, lon)``: the latitude and longitude must be the
-    **last two delivered axes, in that order** (``dims`` names them in
-    messages); every other axis (levels, channels) and the sample axis are
-    kept. Output is float32, or float64 for float64 input (integers become
-    float32).
+    **last two delivered axes, in that order**; every other axis (levels,
+    channels) and the sample axis are kept. Output is float32, or float64
+    for float64 input (integers become float32).
+
+    Without ``source`` (``Regrid(target="1.5deg", method="conservative")``,
+    or ``{"name": "regrid", "target": "1.5deg"}`` in a configuration) the
+    transform is completed per array by an ``InSituDataset``, which calls
+    :meth:`bind` with each array's geometry: the source grid is read from the
+    array's coordinates, as :meth:`for_array` does. ``dims`` names the
+    latitude and longitude dimensions there (default: ``latitude``/``lat``
+    and ``longitude``/``lon``, found by name).
 
     Methods: ``"bilinear"`` (clamped to the outermost row or column near
     the poles and at regional edges, see :mod:`.bilinear`; curvilinear
@@ -47,36 +54,42 @@ class Regrid:
     then), kept once per process and stored in ``cache_dir`` (default
     ``$XDG_CACHE_HOME/insitu/regrid`` or ``~/.cache/insitu/regrid``;
     ``False``: no files). Pickling leaves them out; a copy in another
-    process reloads them from the cache directory on its first block.
+    process reloads them from the cache directory (or rebuilds them) on its
+    first block.
     """
 
     def __init__(
         self,
-        source: Grid,
-        target: Grid | str | float,
+        source: Grid | None = None,
+        target: Grid | str | float | None = None,
         method: Method | str = "bilinear",
         *,
-        dims: tuple[str, str] = ("latitude", "longitude"),
+        dims: tuple[str, str] | None = None,
         cache_dir: CacheDir = None,
     ) -> None:
-        if not isinstance(source, Grid):
+        if source is not None and not isinstance(source, Grid):
             raise ConfigError(
                 "Regrid's source must be a Grid (Grid.from_geometry(geom), Grid.from_coords(lat, lon)), "
                 f"got {type(source).__name__}; Regrid.for_array(geom, target) builds it from an array"
             )
-        if not isinstance(dims, (tuple, list)) or len(dims) != 2 or not all(isinstance(d, str) for d in dims):
+        if target is None:
+            raise ConfigError("Regrid needs a target: a Grid, or a resolution such as '1.5deg'")
+        if dims is not None and (
+            not isinstance(dims, (tuple, list)) or len(dims) != 2 or not all(isinstance(d, str) for d in dims)
+        ):
             raise ConfigError(
                 f"dims names the latitude and longitude dimensions, like ('lat', 'lon'); got {dims!r}"
             )
         self._source = source
         self._target = target if isinstance(target, Grid) else Grid.regular(target)
         self._method = weights.check_method(method)
-        self._dims = (str(dims[0]), str(dims[1]))
+        self._dims: tuple[str, str] | None = None if dims is None else (str(dims[0]), str(dims[1]))
         self._cache_dir = cache_dir
-        weights.check_pair(self._source, self._target, self._method)
         self._lock = threading.Lock()
         self._prepared: PreparedWeights | None = None
-        self._ready()  # built now: a bad pair of grids fails here, not in a decode thread
+        if source is not None:
+            weights.check_pair(source, self._target, self._method)
+            self._ready()  # built now: a bad pair of grids fails here, not in a decode thread
 
     @classmethod
     def for_array(
@@ -101,9 +114,20 @@ class Regrid:
         source = Grid.from_geometry(geom, (lat_dim, lon_dim))
         return cls(source, target, method, dims=(lat_dim, lon_dim), cache_dir=cache_dir)
 
+    def bind(self, geom: ArrayGeometry) -> Regrid:
+        """This transform for one array (``InSituDataset`` calls it once per array): without a source
+        grid, a Regrid from the array's grid (:meth:`for_array`); with one, this Regrid unchanged (its
+        fit to the array is checked by :meth:`out_spec`, after any transform before it)."""
+        if self._source is not None:
+            return self
+        return type(self).for_array(
+            geom, self._target, self._method, dims=self._dims, cache_dir=self._cache_dir
+        )
+
     # -- properties --------------------------------------------------------------------------------
     @property
-    def source(self) -> Grid:
+    def source(self) -> Grid | None:
+        """The source grid; None until :meth:`bind` gives one."""
         return self._source
 
     @property
@@ -116,7 +140,8 @@ class Regrid:
 
     @property
     def dims(self) -> tuple[str, str]:
-        return self._dims
+        """The latitude and longitude dimension names (as given, else the usual ones)."""
+        return self._dims or ("latitude", "longitude")
 
     @property
     def weights(self) -> sp.csr_matrix:
@@ -128,10 +153,10 @@ class Regrid:
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
         """``block`` of shape ``(rows, ..., *source.shape)`` regridded to ``(rows, ..., *target.shape)``."""
         block = np.asarray(block)
-        self._check_shape(name, block.shape)
+        source = self._check_shape(name, block.shape)
         dtype = self._out_dtype(name, block.dtype)
         lead = block.shape[:-2]
-        out = self._ready().apply(block.reshape(-1, self._source.size), dtype)
+        out = self._ready().apply(block.reshape(-1, source.size), dtype)
         return out.reshape(*lead, *self._target.shape)
 
     def out_spec(
@@ -142,23 +167,36 @@ class Regrid:
         return (*tuple(shape[:-2]), *self._target.shape), self._out_dtype(name, np.dtype(dtype))
 
     def fingerprint(self) -> str:
-        """``Regrid/<weights version>(<method>;<source digest>;<target digest>)``: stable across processes."""
-        return f"Regrid/{weights.WEIGHTS_VERSION}({self._method};{self._source.digest};{self._target.digest})"
+        """``Regrid/<weights version>(<method>;<source digest>;<target digest>)``: stable across processes
+        (``unbound`` in place of the source digest until :meth:`bind` gives a source)."""
+        source = "unbound" if self._source is None else self._source.digest
+        return f"Regrid/{weights.WEIGHTS_VERSION}({self._method};{source};{self._target.digest})"
 
     # -- internals ---------------------------------------------------------------------------------
-    def _check_shape(self, name: str, shape: tuple[int, ...]) -> None:
-        lat_dim, lon_dim = self._dims
+    def _bound_source(self, name: str) -> Grid:
+        if self._source is None:
+            raise ConfigError(
+                f"Regrid to {self._target.name} has no source grid for array {name!r}: give it to an "
+                "InSituDataset, which binds it to each array's coordinates, or build it with "
+                "Regrid.for_array(geom, target) or Regrid(Grid.from_coords(lat, lon), target)"
+            )
+        return self._source
+
+    def _check_shape(self, name: str, shape: tuple[int, ...]) -> Grid:
+        source = self._bound_source(name)
+        lat_dim, lon_dim = self.dims
         if len(shape) < 3:
             raise ConfigError(
                 f"Regrid maps the last two axes of each sample ({lat_dim}, {lon_dim}); array {name!r} has "
                 f"samples of shape {tuple(shape[1:])}"
             )
-        if tuple(shape[-2:]) != self._source.shape:
+        if tuple(shape[-2:]) != source.shape:
             raise ConfigError(
-                f"source grid is {self._source.describe_shape()} but array {name!r} has lat/lon "
+                f"source grid is {source.describe_shape()} but array {name!r} has lat/lon "
                 f"{shape[-2]}x{shape[-1]} (Regrid maps the last two axes of each sample, which must be "
                 f"{lat_dim} and {lon_dim} in that order)"
             )
+        return source
 
     @staticmethod
     def _out_dtype(name: str, dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -176,7 +214,7 @@ class Regrid:
         return Path(os.fspath(self._cache_dir))
 
     def _load(self) -> sp.csr_matrix:
-        source, target, method = self._source, self._target, self._method
+        source, target, method = self._bound_source("?"), self._target, self._method
         return cache.load_or_build(
             weights.weights_key(source, target, method),
             (target.size, source.size),
@@ -205,4 +243,5 @@ class Regrid:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"Regrid({self._method!r}, {self._source!r} -> {self._target!r})"
+        source = "<bound per array>" if self._source is None else repr(self._source)
+        return f"Regrid({self._method!r}, {source} -> {self._target!r})"
