@@ -173,10 +173,11 @@ class Regrid:
         return f"Regrid/{weights.WEIGHTS_VERSION}({self._method};{source};{self._target.digest})"
 
     # -- internals ---------------------------------------------------------------------------------
-    def _bound_source(self, name: str) -> Grid:
+    def _bound_source(self, name: str | None) -> Grid:
         if self._source is None:
+            which = "" if name is None else f" for array {name!r}"
             raise ConfigError(
-                f"Regrid to {self._target.name} has no source grid for array {name!r}: give it to an "
+                f"Regrid to {self._target.name} has no source grid{which}: give it to an "
                 "InSituDataset, which binds it to each array's coordinates, or build it with "
                 "Regrid.for_array(geom, target) or Regrid(Grid.from_coords(lat, lon), target)"
             )
@@ -214,7 +215,7 @@ class Regrid:
         return Path(os.fspath(self._cache_dir))
 
     def _load(self) -> sp.csr_matrix:
-        source, target, method = self._bound_source("?"), self._target, self._method
+        source, target, method = self._bound_source(None), self._target, self._method
         return cache.load_or_build(
             weights.weights_key(source, target, method),
             (target.size, source.size),
