@@ -224,7 +224,17 @@ def test_nan_to_num_passes_clean_and_integer_blocks_through() -> None:
 
 
 def test_plugin_registers_transforms_by_name() -> None:
-    names = ["StandardScaler", "Cast", "NanToNum"]
+    names = [
+        "StandardScaler",
+        "RandomCrop",
+        "Cast",
+        "FillNaN",
+        "NanToNum",
+        "Crop",
+        "Coarsen",
+        "Compose",
+        "Regrid",
+    ]
     assert_registers("insitu_transforms.plugin", "transforms", names, exact=True)
     assert_entry_point("transforms", "insitu_transforms.plugin")
     assert insitu.StandardScaler is StandardScaler

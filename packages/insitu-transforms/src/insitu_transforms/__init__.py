@@ -7,6 +7,7 @@ from insitu_transforms.chunk import Cast, FillNaN, NanToNum
 from insitu_transforms.coarsen import Coarsen
 from insitu_transforms.compose import Compose, ComposeBatch
 from insitu_transforms.crop import Crop, RandomCrop
+from insitu_transforms.regrid import Grid, Regrid
 from insitu_transforms.scaler import StandardScaler, base_label
 
 __all__ = [
@@ -16,8 +17,10 @@ __all__ = [
     "ComposeBatch",
     "Crop",
     "FillNaN",
+    "Grid",
     "NanToNum",
     "RandomCrop",
+    "Regrid",
     "StandardScaler",
     "TransformReport",
     "base_label",

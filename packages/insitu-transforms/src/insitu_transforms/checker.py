@@ -129,11 +129,11 @@ def check_transform(
         transform=describe(transform), label=label, input_shape=block.shape, input_dtype=str(block.dtype)
     )
     report.read_seconds_per_chunk = read_seconds
+    transform = bind_to_array(transform, geom)  # as the dataset does: a transform may need the array
     try:
         report.fingerprint = transform_fingerprint(transform)
     except ConfigError as exc:
         report.problems.append(str(exc))
-    transform = bind_to_array(transform, geom)  # as the dataset does: a transform may need the array
     try:
         spec = output_spec(geom, [transform])
     except ConfigError as exc:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 from insitu.hookspecs import RegisterCommand, RegisterTransform, hookimpl
-from insitu_transforms.chunk import Cast, NanToNum
+from insitu_transforms.chunk import Cast, FillNaN, NanToNum
+from insitu_transforms.coarsen import Coarsen
+from insitu_transforms.compose import Compose
+from insitu_transforms.crop import Crop, RandomCrop
+from insitu_transforms.regrid import Regrid
 from insitu_transforms.scaler import StandardScaler
 
 
 @hookimpl
 def insitu_register_transforms(register: RegisterTransform) -> None:
-    """``StandardScaler`` (batch transform), ``Cast`` and ``NanToNum`` (chunk transforms)."""
+    """Each transform under its class name; configurations match names ignoring case and
+    underscores (``{"name": "random_crop", ...}`` finds ``RandomCrop``)."""
     register("StandardScaler", StandardScaler)
+    register("RandomCrop", RandomCrop)
     register("Cast", Cast)
+    register("FillNaN", FillNaN)
     register("NanToNum", NanToNum)
+    register("Crop", Crop)
+    register("Coarsen", Coarsen)
+    register("Compose", Compose)
+    register("Regrid", Regrid)
 
 
 @hookimpl
