@@ -5,6 +5,11 @@ residency lives in the page cache rather than the heap. With ``persist=True``
 the decoded slabs also outlive the process: ``close()`` writes an index
 (per array: its fingerprint, and slab -> slot with a crc32 of the slot
 bytes) next to the arenas, and the next run adopts those slabs as cached.
+The index also records each array's slot layout (arena file, slot bytes,
+slot shape and dtype, slot count) and a digest of its Zarr metadata, so that
+a cache can be checked from outside a dataset (``insitu cache show|verify|
+clear``, through the functions at the end of this module); a reader ignores
+what it does not use, so indexes written without them still load.
 
 Identity is per array: a fingerprint of the store's identity, that array's
 metadata, its chunk-transform chain and its pooled slab spec. Editing one
@@ -63,6 +68,21 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def store_digest(store: Store) -> str:
+    """The ``"store"`` part of :func:`array_fingerprint` for ``store``."""
+    return _digest(store_identity(store))
+
+
+def metadata_digest(metadata: Mapping[str, Any]) -> str:
+    """A short hash of an array's Zarr metadata (``zarr.Array.metadata.to_dict()``), as the index records it."""
+    return _digest(metadata)
+
+
+def arena_name(path: str, fingerprint: str) -> str:
+    """The arena file of array ``path`` persisted under ``fingerprint`` (its ``"all"`` part)."""
+    return f"arena-{fingerprint[:16]}-{hashlib.sha1(path.encode()).hexdigest()[:12]}.bin"
+
+
 class PersistentCache:
     """Owns the arena files under ``cache_dir`` and, with ``persist``, their index and the write lock.
 
@@ -92,12 +112,14 @@ class PersistentCache:
         self.counts = {"verified": 0, "stale": 0, "corrupt": 0}  # slabs checked on reuse, by outcome
         self._lock_fd: int | None = self._lock() if self.persist else None
         self.fingerprints: dict[str, dict[str, str]] = {}
+        self.metadata: dict[str, str] = {}  # digest of each array's Zarr metadata, for offline checks
         if self.persist:
             store_id = store_identity(store)
             self.fingerprints = {
                 p: array_fingerprint(store_id, g, transforms.get(g.name, ()), specs[p])
                 for p, g in arrays.items()
             }
+            self.metadata = {p: metadata_digest(g.metadata) for p, g in arrays.items()}
         self._others: dict[str, Any] = {}  # index entries of arrays this dataset does not read: kept
         self._adopt: dict[str, dict[int, dict[str, Any]]] = {}
         if self.persist:
@@ -107,19 +129,11 @@ class PersistentCache:
 
     # -- the directory lock ------------------------------------------------------------------------
     def _lock(self) -> int:
-        fd = _open_nofollow(self.dir / LOCK, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise CacheInUseError(
-                f"the persisted cache in {self.dir} is in use by {holder}; give each process its own "
-                "cache_dir, or wait for that process to close its dataset"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()}".encode(), 0)
-        return fd
+        return hold_lock(
+            self.dir,
+            f"process {os.getpid()}",
+            advice="give each process its own cache_dir, or wait for that process to close its dataset",
+        )
 
     def release(self) -> None:
         """Drop the directory lock (after :meth:`save`, or when the dataset is abandoned)."""
@@ -134,10 +148,10 @@ class PersistentCache:
 
     # -- the index ---------------------------------------------------------------------------------
     def _file_name(self, path: str) -> str:
-        where = hashlib.sha1(path.encode()).hexdigest()[:12]
         if not self.persist:
+            where = hashlib.sha1(path.encode()).hexdigest()[:12]
             return f"arena-tmp-{os.getpid()}-{id(self):x}-{where}.bin"
-        return f"arena-{self.fingerprints[path]['all'][:16]}-{where}.bin"
+        return arena_name(path, self.fingerprints[path]["all"])
 
     def _read_index(self) -> dict[str, dict[int, dict[str, Any]]]:
         try:
@@ -261,7 +275,18 @@ class PersistentCache:
                     continue  # loaded without source tracking: cannot be checked on reuse
                 sources = _sources_of(e, self._adopt.get(path, {}).get(slab))
                 slabs[str(slab)] = _entry(path, slab, e.slot, _crc(path, slab, apool.view(e.slot)), sources)
-            arrays[path] = {"fingerprint": self.fingerprints[path], "slabs": slabs}
+            spec = self.specs[path]
+            arrays[path] = {
+                "fingerprint": self.fingerprints[path],
+                "slabs": slabs,
+                # The slot layout and the metadata digest, for checks made without a dataset.
+                "file": self.files[path].name,
+                "slot_nbytes": apool.slot_nbytes,
+                "slot_shape": list(spec.shape),
+                "dtype": spec.dtype.str,
+                "n_slots": apool.n_slots,
+                "metadata": self.metadata[path],
+            }
         data = json.dumps({"format": FORMAT, "arrays": arrays}).encode()
         tmp = self.dir / f"{INDEX}.{os.getpid()}.tmp"
         fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -337,6 +362,20 @@ def _verify(path: str, apool: Any, entries: Mapping[int, Mapping[str, Any]]) -> 
 
 async def _unchanged_sources(fetcher: Any, entries: Mapping[int, Mapping[str, Any]]) -> list[int]:
     """The slabs whose every source still holds the bytes they were read from."""
+    results = await source_states(fetcher, entries)
+    fresh = []
+    for slab, e in entries.items():
+        if all(results[(k, json.dumps(r), src)] is True for k, r, src in e["sources"]):
+            fresh.append(slab)
+    return fresh
+
+
+async def source_states(
+    fetcher: Any, entries: Mapping[Any, Mapping[str, Any]]
+) -> dict[tuple[str, str, str], bool | BaseException]:
+    """Each distinct source of ``entries``, as ``(key, json of its byte range, recorded source)``:
+    True when the store still holds what was recorded, False when not, or the error asking raised.
+    One version request (for ``crc:`` sources, one read) per distinct source."""
     import asyncio
 
     async def current(key: str, byte_range: Any, source: str) -> bool:
@@ -346,21 +385,139 @@ async def _unchanged_sources(fetcher: Any, entries: Mapping[int, Mapping[str, An
         version = await fetcher.version(key)
         return source == ("absent" if version is None else f"v:{version}")
 
-    checks: dict[tuple[str, Any, str], asyncio.Task[bool]] = {}
+    checks: dict[tuple[str, str, str], asyncio.Future[bool]] = {}
     for e in entries.values():
         for key, byte_range, source in e["sources"]:
             ident = (key, json.dumps(byte_range), source)
             if ident not in checks:
                 checks[ident] = asyncio.ensure_future(current(key, byte_range, source))
-    results = dict(zip(checks, await asyncio.gather(*checks.values(), return_exceptions=True), strict=True))
-    fresh = []
-    for slab, e in entries.items():
-        if all(results[(k, json.dumps(r), src)] is True for k, r, src in e["sources"]):
-            fresh.append(slab)
-    return fresh
+    return dict(zip(checks, await asyncio.gather(*checks.values(), return_exceptions=True), strict=True))
 
 
 def _crc(path: str, slab: int, arr: np.ndarray) -> int:
     """crc32 of a slot's bytes, seeded with the array and slab it holds."""
     seed = zlib.crc32(f"{path}#{slab}".encode())
     return zlib.crc32(arr.reshape(-1).view(np.uint8).data, seed)
+
+
+# -- a cache directory seen from outside a dataset (``insitu cache show|verify|clear``) ------------
+def is_cache_file(name: str) -> bool:
+    """True for the names insitu writes in a cache directory: the index (and its temporary
+    file), the lock and the arenas. ``insitu cache clear`` removes nothing else."""
+    return (
+        name in (INDEX, LOCK)
+        or (name.startswith("arena-") and name.endswith(".bin"))
+        or (name.startswith(f"{INDEX}.") and name.endswith(".tmp"))
+    )
+
+
+def read_index(directory: Path) -> dict[str, Any] | None:
+    """The index of a cache directory (``None`` when it has none: no run closed a dataset on it,
+    or one is live, or it crashed). :class:`StaleCacheError` when a dataset would refuse it as
+    unreadable: a link, not JSON, or another format."""
+    try:
+        fd = _open_nofollow(directory / INDEX, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            doc = json.loads(f.read())
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else None
+            raise ValueError(f"format {found!r}, expected {FORMAT!r}")
+        if not isinstance(doc.get("arrays"), dict):
+            raise ValueError("no 'arrays' mapping")
+    except (OSError, ValueError) as exc:
+        raise StaleCacheError(f"cache index {directory / INDEX} is unreadable ({exc})") from exc
+    return doc
+
+
+def lock_holder(directory: Path) -> str | None:
+    """Who holds the directory's lock (``"process 1234"``), or ``None`` when nobody does.
+
+    Probes with a shared, non-blocking ``flock`` released at once; never creates the lock file.
+    """
+    try:
+        fd = _open_nofollow(directory / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return os.pread(fd, 256, 0).decode(errors="replace").strip() or "another process"
+        return None
+    finally:
+        os.close(fd)  # releases the probe's lock too
+
+
+def hold_lock(directory: Path, holder: str, *, advice: str = "") -> int:
+    """Take the directory's lock as a dataset does (exclusive, non-blocking) and record ``holder``
+    in it; :class:`CacheInUseError` naming the current holder otherwise. Close the returned
+    descriptor to release it."""
+    fd = _open_nofollow(directory / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        current = os.pread(fd, 256, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise CacheInUseError(
+            f"the persisted cache in {directory} is in use by {current}" + (f"; {advice}" if advice else "")
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode(), 0)
+    return fd
+
+
+def check_array(directory: Path, path: str, entry: Mapping[str, Any]) -> dict[str, str | None]:
+    """Check every cached slab of one array's index entry against its arena, as a dataset does
+    when it adopts them: ``{slab: None}`` (keyed as in the index) when intact, else what is wrong.
+
+    Needs the slot size the index records (``slot_nbytes``); for an index written without it,
+    every slab is reported as unchecked.
+    """
+    slabs = entry.get("slabs")
+    if not isinstance(slabs, dict):
+        return {"*": "the index entry has no slab table"}
+    out: dict[str, str | None] = {}
+    nbytes = entry.get("slot_nbytes")
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        why = (
+            "unchecked: the index does not record the slot size (written by an older insitu; "
+            "the next run that closes its dataset on this cache rewrites it)"
+        )
+        return dict.fromkeys(slabs, why)
+    fingerprint = entry.get("fingerprint", {})
+    name = entry.get("file") or arena_name(path, str(fingerprint.get("all", "")))
+    if not isinstance(name, str) or "/" in name or not is_cache_file(name):
+        return dict.fromkeys(slabs, f"the index names an arena file {name!r} that is not insitu's")
+    try:
+        fd = _open_nofollow(directory / name, os.O_RDONLY)
+    except (FileNotFoundError, StaleCacheError) as exc:
+        why = "missing" if isinstance(exc, FileNotFoundError) else "a symbolic link"
+        return dict.fromkeys(slabs, f"arena file {name} is {why}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return dict.fromkeys(slabs, f"arena file {name} is not a regular file")
+        n_slots = st.st_size // nbytes
+        for key, e in slabs.items():
+            try:
+                slab, slot = int(key), int(e["slot"])
+                if e.get("check") != _entry_check(path, slab, e):
+                    out[key] = "its index entry does not match its own checksum (edited or damaged)"
+                elif not 0 <= slot < n_slots:
+                    out[key] = f"slot {slot} lies beyond the {n_slots} slot(s) of {name}"
+                else:
+                    data = os.pread(fd, nbytes, slot * nbytes)
+                    crc = _crc(path, slab, np.frombuffer(data, dtype=np.uint8))
+                    out[key] = (
+                        None
+                        if crc == e["crc"]
+                        else f"crc32 of slot {slot} in {name} is {crc}, the index recorded {e['crc']}"
+                    )
+            except (KeyError, TypeError, ValueError):
+                out[key] = "its index entry is malformed"
+    finally:
+        os.close(fd)
+    return out
