@@ -45,6 +45,8 @@ def insitu_register_decoders(register: RegisterDecoder) -> None:
 @hookimpl
 def insitu_register_commands(register: RegisterCommand) -> None:
     """``insitu inspect``, ``insitu bench`` and ``insitu cache``."""
+    from insitu.cli.cache_cmd import CacheCommand
     from insitu.cli.inspect_cmd import InspectCommand
 
     register("inspect", InspectCommand())
+    register("cache", CacheCommand())
