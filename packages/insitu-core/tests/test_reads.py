@@ -116,3 +116,20 @@ def test_sparse_shard_reads_use_one_multi_range_request(tmp_path: Path) -> None:
     assert store.multi_calls, "the multi-range path was not used"
     assert {key for key, _ in store.multi_calls} <= {"x/c/0/0/0", "x/c/1/0/0"}
     assert all(len(r) > 1 for _, r in store.multi_calls)
+
+
+def test_bytes_read_counts_reads_made_through_zarrs_pipeline(tmp_path: Path) -> None:
+    """An array no registered decoder handles is read by zarr through the engine's fetcher; its
+    bytes count in ``bytes_read`` like the direct path's (equal totals either way)."""
+    write_array(tmp_path, "a", field(16, (3,)), (4, 3))
+    store = insitu.open_store(tmp_path)
+    geoms = insitu.open_geometries(store, ["a"])
+    manifest = insitu.split_by_chunk(geoms["a"], (1.0,), names=["train"])
+    totals = {}
+    for decoders in (None, []):  # no decoder at all: zarr reads every chunk
+        with insitu.InSituDataset(store, manifest, geoms, batch_size=4, decoders=decoders) as ds:
+            list(ds.train)
+            totals[str(decoders)] = (ds.stats["reads"], ds.stats["bytes_read"])
+    direct, via_zarr = totals.values()
+    assert via_zarr[1] > 0
+    assert via_zarr[1] == direct[1]

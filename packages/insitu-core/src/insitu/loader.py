@@ -304,7 +304,7 @@ class ArrayLoader:
         g = self.geom
         if self._zarr_array is None:
             # Through the fetcher: zarr's reads are retried, timed out and tracked like ours.
-            store = FetchingStore(self.engine.store, self.fetcher)
+            store = FetchingStore(self.engine.store, self.fetcher, self.stats)
             self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)

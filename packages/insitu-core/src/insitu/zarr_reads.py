@@ -35,12 +35,13 @@ def is_chunk_key(key: str) -> bool:
 class FetchingStore(WrapperStore[Store]):
     """zarr's view of the dataset's store, with every read made by the engine's fetcher."""
 
-    def __init__(self, store: Store, fetcher: ChunkFetcher) -> None:
+    def __init__(self, store: Store, fetcher: ChunkFetcher, stats: Any = None) -> None:
         super().__init__(store)
         self._fetcher = fetcher
+        self._stats = stats  # the engine's counters: zarr's reads count in bytes_read like ours
 
     def _with_store(self, store: Store) -> FetchingStore:
-        return FetchingStore(store, self._fetcher)
+        return FetchingStore(store, self._fetcher, self._stats)
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -54,6 +55,8 @@ class FetchingStore(WrapperStore[Store]):
             version = await fetcher.version(key)  # before the read, as the direct path does
             source = "absent" if version is None else f"v:{version}"
         buf = await fetcher.retrying(lambda: self._store.get(key, prototype, byte_range))
+        if buf is not None and self._stats is not None and is_chunk_key(key):
+            self._stats.bytes_read += len(buf)
         if tracked and sources is not None and (byte_range is None or span is not None):
             if source is None:
                 source = "absent" if buf is None else f"crc:{zlib.crc32(buf.as_numpy_array().data)}"
