@@ -1,0 +1,1 @@
+"""Tests of the examples: their data definitions against the source arrays, and their smoke runs."""
