@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -52,3 +54,14 @@ def test_a_configured_regrid_reads_its_source_grid_from_each_array(tmp_path: Pat
     np.testing.assert_array_equal(
         batch["t"], np.broadcast_to(np.arange(8, dtype="f4")[:, None, None], (8, 16, 32))
     )
+
+
+def test_loading_the_plugin_imports_no_transform_module() -> None:
+    """The registry loads this plugin on every first open_store: scipy (Regrid) must wait for use."""
+    code = (
+        "import sys, insitu; insitu.open_store('memory://lazy', mode='w'); "
+        "from insitu.plugins import get_registry; get_registry().entries('transforms'); "
+        "print(sorted(m for m in sys.modules if m.startswith(('scipy', 'insitu_transforms.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "['insitu_transforms.plugin']"
