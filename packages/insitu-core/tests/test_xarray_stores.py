@@ -373,3 +373,25 @@ def test_a_dataset_handed_where_a_store_goes_says_what_to_use(store_path: Path) 
     )
     with pytest.raises(TypeError, match=r"use insitu.from_xarray\(ds\)"):
         insitu.InSituDataset(ds, manifest)
+
+
+def test_samples_a_window_cannot_serve_are_reported_not_silently_dropped(
+    store_path: Path, caplog: Any
+) -> None:
+    """The last day has no +24 h target inside the store: the split keeps its range, and the samples
+    it cannot deliver are counted and warned about (a date split the user bounded)."""
+    import logging
+
+    t2m = insitu.open_geometries(insitu.open_store(store_path), ["t2m"], "time")["t2m"]
+    manifest = insitu.split_by_coord(t2m, {"train": (None, "2016-01-15"), "test": ("2016-01-16", None)})
+    with caplog.at_level(logging.INFO, logger="insitu"):
+        data = insitu.InSituDataset(
+            insitu.open_store(store_path), manifest, [t2m, t2m.shift("24h")], batch_size=8
+        )
+    with data:
+        assert data.unused_anchors == {"test": 4}
+        delivered = sorted(i for b in data.view("test") for i in b.sample_indices.tolist())
+        assert delivered == manifest.samples("test")[:-4].tolist()  # all but the last day
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "not delivered" in r.getMessage()]
+    assert len(warned) == 1
+    assert "split 'test': 4 of its 28 samples are not delivered" in warned[0].getMessage()

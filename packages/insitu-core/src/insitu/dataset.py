@@ -10,6 +10,7 @@ and never start or wait for one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import weakref
@@ -44,6 +45,8 @@ from insitu.stats import logger as stats_logger
 from insitu.transform_config import bind_to_array, transforms_from_config
 from insitu.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
+
+logger = logging.getLogger("insitu")
 
 __all__ = ["DEFAULT_CACHE_BUDGET", "STATE_FORMAT", "DatasetView", "InSituDataset"]
 
@@ -303,15 +306,30 @@ class InSituDataset:
 
     def _check_splits(self) -> None:
         lo, hi = self.anchor_range
+        #: Per split, samples that cannot be anchors: a shifted label would read outside the array.
+        self.unused_anchors: dict[str, int] = {}
         for name in self.manifest.names:
             s = self.manifest.samples(name)
             if len(s) == 0:
                 continue  # an empty split (fraction 0) is allowed and yields nothing
-            if not ((s >= lo) & (s < hi)).any():
+            valid = (s >= lo) & (s < hi)
+            if not valid.any():
                 raise ConfigError(
                     f"split {name!r} has no valid anchor: its samples lie outside [{lo}, {hi}) "
                     f"given offsets {[g.offset for g in self.labels]}"
                 )
+            unused = int((~valid).sum())
+            if unused:
+                self.unused_anchors[name] = unused
+                offsets = {g.label: g.offset for g in self.labels if g.offset}
+                message = (
+                    f"split {name!r}: {unused} of its {len(s)} samples are not delivered: with offsets "
+                    f"{offsets} only samples {lo}..{hi - 1} have every label inside the arrays"
+                )
+                # Expected at the ends of the data with windows; a split the user bounded by date
+                # (split_by_coord) losing samples deserves a warning, so it is not silent.
+                level = logging.WARNING if getattr(self.manifest, "ranges", None) else logging.INFO
+                logger.log(level, "%s", message)
 
     # -- views ------------------------------------------------------------------
     def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
