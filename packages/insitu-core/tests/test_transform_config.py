@@ -86,3 +86,26 @@ def test_configurations_in_the_dataset_are_resolved(tmp_path: Path, monkeypatch:
         np.testing.assert_allclose(batch["a"], a[batch.sample_indices] * 3.0)
     with pytest.raises(insitu.ConfigError, match=r"transform 'double' does not take \{'scale': 2\}"):
         transform_from_config({"name": "double", "scale": 2})
+
+
+def test_a_view_describes_the_batches_its_batch_transforms_deliver(tmp_path: Path) -> None:
+    """Adapters declare shapes before reading: the description runs the batch transforms on zeros."""
+    from insitu.batch import Batch
+
+    write_array(tmp_path, "a", field(8, (3,)), (4, 3))
+    store = insitu.open_store(tmp_path)
+    geoms = insitu.open_geometries(store, ["a"])
+    manifest = insitu.split_by_chunk(geoms["a"], (1.0,), names=["train"])
+
+    def to_model(batch: Batch) -> Batch:
+        return batch.replace({"inputs": batch["a"][:, :2].astype("f8"), "target": batch["a"][:, 2]})
+
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=4, batch_transforms=[to_model]) as data:
+        view = data.train
+        assert view.labels == ("inputs", "target")
+        assert view.sample_shapes == {"inputs": (2,), "target": ()}
+        assert view.dtypes == {"inputs": np.dtype("f8"), "target": np.dtype("f4")}
+        batch = next(iter(view))
+        assert {k: (v.shape[1:], v.dtype) for k, v in batch.items()} == {
+            k: (view.sample_shapes[k], view.dtypes[k]) for k in view.labels
+        }

@@ -89,6 +89,25 @@ def test_a_static_field_is_declared_once_per_batch() -> None:
             assert tuple((element["x"] * element["mask"]).shape) == (16, 4)  # broadcasts
 
 
+def test_batch_transforms_that_rename_labels_are_declared_and_the_length_is_known() -> None:
+    store = MemoryStore()
+    make_linear_regression(store, n_samples=64, n_features=4, n_targets=2, chunks=16, seed=0)
+    geoms = insitu.open_geometries(store, variables=["x", "y"])
+    manifest = insitu.split_by_chunk(geoms["x"], fractions=(1.0,), names=("train",))
+
+    def to_model(batch: Batch) -> Batch:
+        return Batch({"inputs": batch["x"] * 2, "target": batch["y"][:, 0]}, batch.sample_indices)
+
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=16, batch_transforms=[to_model]) as ds:
+        dataset = as_tf_dataset(ds.train)
+        assert dataset.element_spec == {
+            "inputs": tf.TensorSpec(shape=(None, 4), dtype=tf.float32),
+            "target": tf.TensorSpec(shape=(None,), dtype=tf.float32),
+        }
+        assert int(dataset.cardinality()) == len(ds.train) == 4
+        assert sum(1 for _ in dataset) == 4
+
+
 def test_values_equal_the_source_rows_in_delivery_order(view: Any) -> None:
     order = view.sample_order()
     got = {label: [] for label in ("x", "y")}

@@ -10,6 +10,7 @@ and never start or wait for one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from insitu.batch import Batch
 from insitu.discovery import open_geometries
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.fetch import RetryPolicy
@@ -257,6 +259,35 @@ class InSituDataset:
     @property
     def uneven(self) -> str:
         return self.sharding.uneven
+
+    @functools.cached_property
+    def delivered_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """``{label: (sample shape, dtype)}`` of the arrays batches deliver, batch transforms
+        included: found by running the batch transforms once on a batch of zeros of the pooled
+        shapes (a framework adapter declares these before any data is read). A transform that
+        fails on zeros leaves the description of the pooled arrays."""
+        pooled: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
+            label: (spec.sample_shape, spec.dtype) for label, spec in self.label_specs.items()
+        }
+        pooled |= {label: (v.shape[1:], v.dtype) for label, v in self.static_values.items()}
+        transforms = self.gatherer.batch_transforms
+        if not transforms:
+            return pooled
+        n = 2
+        anchors = np.full(n, self.anchor_range[0], dtype=np.int64)
+        data = {
+            label: np.zeros((1 if label in self.static_values else n, *shape), dtype)
+            for label, (shape, dtype) in pooled.items()
+        }
+        reads = {g.label: anchors + g.offset for g in self.labels}
+        batch = Batch(data, anchors, reads, "describe", 0, 0, None, sample_dim=self.sample_dim)
+        try:
+            for t in transforms:
+                batch = t(batch)
+        except Exception:
+            stats_logger.debug("batch transforms fail on zeros; describing the pooled arrays", exc_info=True)
+            return pooled
+        return {label: (tuple(np.shape(v)[1:]), np.asarray(v).dtype) for label, v in batch.items()}
 
     @property
     def coords(self) -> dict[str, np.ndarray]:

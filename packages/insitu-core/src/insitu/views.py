@@ -98,27 +98,32 @@ class DatasetView:
         return self.dataset.drop_last
 
     @property
+    def resuming(self) -> bool:
+        """True when a loaded state makes the next pass start mid-epoch (it yields fewer batches
+        than ``len(self)``)."""
+        return self._resume is not None and self._resume[1] > 0
+
+    @property
     def labels(self) -> tuple[str, ...]:
-        """The keys of every batch: sampled labels, then static ones."""
-        return tuple(g.label for g in self.dataset.labels) + self.static_labels
+        """The keys of every batch, as delivered (after batch transforms): sampled labels, then
+        static ones."""
+        return tuple(self.dataset.delivered_arrays)
 
     @property
     def static_labels(self) -> tuple[str, ...]:
         """Labels of static fields: their batch arrays have a leading axis of 1, not the batch size."""
-        return tuple(self.dataset.static_values)
+        return tuple(label for label in self.dataset.static_values if label in self.dataset.delivered_arrays)
 
     @property
     def sample_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of one sample of each label, as batches deliver it (after chunk transforms); for a
-        static label, the array's shape (the batch holds it as ``(1, *shape)``)."""
-        shapes = {label: spec.sample_shape for label, spec in self.dataset.label_specs.items()}
-        return shapes | {label: v.shape[1:] for label, v in self.dataset.static_values.items()}
+        """Shape of one sample of each label, as batches deliver it (after chunk and batch
+        transforms); for a static label, the array's shape (the batch holds it as ``(1, *shape)``)."""
+        return {label: shape for label, (shape, _) in self.dataset.delivered_arrays.items()}
 
     @property
     def dtypes(self) -> dict[str, np.dtype[Any]]:
-        """Dtype of each label, as batches deliver it (after chunk transforms)."""
-        dtypes = {label: spec.dtype for label, spec in self.dataset.label_specs.items()}
-        return dtypes | {label: v.dtype for label, v in self.dataset.static_values.items()}
+        """Dtype of each label, as batches deliver it (after chunk and batch transforms)."""
+        return {label: dtype for label, (_, dtype) in self.dataset.delivered_arrays.items()}
 
     def set_epoch(self, epoch: int) -> None:
         """Same as ``dataset.set_epoch``."""

@@ -90,6 +90,11 @@ def as_tf_dataset(
             yield {label: batch[label] for label in labels}
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    # The batch count is known: declared, Keras sizes its epochs by it (and does not warn that the
+    # input "ran out of data"); a pass that yields another count fails instead of going unnoticed.
+    # Not while resuming: that pass yields the rest of an epoch, the next ones whole epochs.
+    if not getattr(view, "resuming", False):
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(view)))
     if not prefetch:
         # tf.data otherwise adds a prefetch of its own at the end of the pipeline.
         options = tf.data.Options()
