@@ -23,12 +23,15 @@ Four pipelines read the store with the same batch size, ``block_chunks``,
 
 Each repeat builds a fresh dataset per pipeline and takes a cold epoch
 (construction to last batch: every chunk read, decoded and, for Regrid,
-regridded) and then a warm one (``set_epoch(1)``, another shuffle; the pool
-serves every slab, so Regrid's cost is paid once). The pipelines alternate
-inside each repeat, starting one later each repeat, so drift of a shared
-machine hits them alike. Reported: the median samples/s per pipeline and
-epoch, the ratio of medians to ``plain``, and the range of the paired ratios
-(pipeline / plain within one repeat) as the noise.
+regridded) and then ``--warm-epochs`` (3) warm ones, timed together
+(``set_epoch(1..)``, other shuffles; the pool serves every slab, so Regrid's
+cost is paid once). The pipelines alternate inside each repeat, starting one
+later each repeat, so drift of a shared machine hits them alike. Reported:
+the median samples/s per pipeline and epoch, the ratio of medians to
+``plain``, the range of the paired ratios (pipeline / plain within one
+repeat) as the noise, and this process's CPU time per sample (all threads),
+which other processes do not add to. The consumer sums two latitude rows of
+each sample (a checksum), not whole batches, so its own work stays small.
 
 Also measured, outside the epochs:
 
@@ -39,17 +42,18 @@ Also measured, outside the epochs:
   build is excluded from their throughput;
 - per chunk: the regrid beside decoding the same chunk (the engine's decoder
   on the stored bytes held in memory) and beside reading it with zarr, over a
-  few chunks in every repeat (medians), and ``check_transform``'s report.
+  few chunks in every repeat (medians of wall and thread CPU time), and
+  ``check_transform``'s report.
 
-Checks before any ratio is reported: the first batch of each epoch (cold and
-warm) of a Regrid pipeline equals that Regrid applied to the same rows read
-directly with zarr; ``plain``'s first batches equal those rows; the crop's
-windows equal the plain batch sliced at ``RandomCrop.offsets(batch,
+Checks before any ratio is reported: the first batch of the cold and of the
+first warm epoch of a Regrid pipeline equals that Regrid applied to the same
+rows read directly with zarr; ``plain``'s first batches equal those rows; the
+crop's windows equal the plain batch sliced at ``RandomCrop.offsets(batch,
 sample_shapes)``; every epoch delivers every sample, with the same checksum in
-every repeat (and, but for the crop, in both epochs); warm epochs decode
+every repeat (and, but for the crop, warm as cold); warm epochs decode
 nothing.
 
-    python bench/transforms.py                     # about two minutes on 2 cores
+    python bench/transforms.py                     # under a minute on 2 cores, two with other load
     python bench/transforms.py --grid 181 360 --n-time 512 --repeats 7
 
 Run it with an environment that has insitu-core, insitu-transforms and psutil
