@@ -1,9 +1,11 @@
 """Store plugins for insitu: obstore, fsspec, Icechunk, Arraylake and virtual (FITS / HDF5) stores.
 
 Every builder returns a read-only zarr store that translates its backend's
-errors (:mod:`insitu_stores.errors`), retries transient ones by itself under
-an ``insitu.RetryPolicy`` (``retry=``; insitu's engine then does not retry
-them again) and never shows credentials. Importing this package
+errors (:mod:`insitu_stores.errors`) and never shows credentials. Exactly one
+layer retries a transient error: the backend's own client, configured from
+the store's ``insitu.RetryPolicy`` (``retry=``), where it has one (obstore,
+Icechunk: the engine then does not retry), and otherwise insitu's engine
+under the dataset's policy (fsspec). Importing this package
 imports none of the backends (nor icechunk, arraylake, virtualizarr, astropy,
 fsspec): each name below is imported on first access.
 """

@@ -7,14 +7,18 @@ one model:
 - :class:`TransientStoreError` (a ``ConnectionError``) and
   :class:`StoreTimeoutError` (a ``TimeoutError``): 5xx, throttling, reset or
   refused connections, per-request timeouts, when the backend's exception
-  says so by its type (or a status code it carries as data). The store that
-  raises one has already retried it under its ``RetryPolicy``; insitu's engine
-  does not retry it again.
-- :class:`StorePermissionError` (a ``PermissionError``): 401/403, raised at
-  once, never retried.
+  says so by its type (or a status code it carries as data). Retried by one
+  layer: insitu's engine for a store that makes one attempt per call
+  (fsspec), or the store's backend before it raises (a store that declares
+  its ``RetryPolicy``, which the engine then does not retry again).
+- :class:`StorePermissionError` (a ``PermissionError``): 401/403, missing or
+  unusable credentials; raised at once, never retried, with a hint saying
+  what to set or pass (never a value).
 - :class:`StoreConfigurationError` (also a ``ValueError``): the request can
-  never succeed as configured (an unknown option, an invalid path, an
-  operation the service does not support); never retried.
+  never succeed as configured (an unknown option, an invalid path or URL, a
+  plain ``http://`` endpoint without ``allow_http``, a region or endpoint the
+  backend cannot use, an operation the service does not support); never
+  retried.
 - :class:`StoreNotFoundError`: the bucket, container, repository or version
   itself does not exist. A missing *key* is not an
   error: ``Store.get`` returns ``None`` for it, as zarr expects.
@@ -22,9 +26,9 @@ one model:
   reports with its one generic exception type after its own retries.
 
 Messages name the URL (and key) and never contain credentials: each store
-knows its secret option values and the credentials in its URLs
-(``user:password@``, a presigned ``?X-Amz-Signature=``), and scrubs them from
-any text it raises.
+knows its secret option values, the credentials in its URLs
+(``user:password@``, a presigned ``?X-Amz-Signature=``) and those its backend
+reads from the environment, and scrubs them from any text it raises.
 """
 
 from __future__ import annotations
@@ -106,10 +110,13 @@ class Redactor:
         self.secrets = tuple(sorted(found, key=len, reverse=True))
 
     @classmethod
-    def from_options(cls, options: dict[str, object], urls: Iterable[str | None] = ()) -> Redactor:
-        """Collect the values of secret-named options (nested dicts included) and the credentials
-        that ``urls`` carry (the store's URL, an endpoint), which a backend may quote on their own."""
-        secrets = _secret_values(options)
+    def from_options(
+        cls, options: dict[str, object], urls: Iterable[str | None] = (), extra: Iterable[object] = ()
+    ) -> Redactor:
+        """Collect the values of secret-named options (nested dicts included), the credentials
+        that ``urls`` carry (the store's URL, an endpoint), which a backend may quote on their own,
+        and ``extra`` secrets (credentials the backend reads from the environment)."""
+        secrets = [*_secret_values(options), *extra]
         for url in urls:
             if url:
                 secrets.extend(url_secrets(url))

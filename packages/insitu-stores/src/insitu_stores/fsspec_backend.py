@@ -8,13 +8,18 @@ created inside that loop, instead of sharing one across loops (which fails or
 hangs once the first loop is busy or gone). Synchronous filesystems (local
 files) are wrapped by zarr and shared.
 
-The store retries by itself, under insitu's ``RetryPolicy``: fsspec
-filesystems offer no retry setting that can follow a policy (s3fs and botocore
-take an attempt count but fix their own backoff, gcsfs likewise, HTTP has
-none), so their own retries are turned down to one attempt per call and the
-store runs insitu's retry loop around it. Errors are classified by type: the
-exception's class, an HTTP status the backend carries as data (botocore's
-``response``, aiohttp's ``status``) or an ``errno``, never its message.
+The store makes one attempt per call and leaves retrying to insitu's engine,
+the single owner of retries (``insitu.fetch.ChunkFetcher``, under the
+dataset's ``RetryPolicy``): fsspec filesystems offer no retry setting that can
+follow a policy (s3fs and botocore take an attempt count but fix their own
+backoff, gcsfs likewise, HTTP has none), so their own retries are turned down
+to one attempt, and the store declares no retry policy of its own. Each
+attempt is bounded by the store's ``retry.timeout_s`` (botocore also gets the
+connect and read timeouts). Errors are classified by type: the exception's
+class (botocore's, aiohttp's, fsspec's, the builtin ``OSError`` family), an
+HTTP status the backend carries as data (botocore's ``response``, aiohttp's
+``status``) or an ``errno``, never its message. A transient one leaves the
+store as a ``ConnectionError`` or ``TimeoutError``, which the engine retries.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
+import importlib
 import importlib.util
 import inspect
 import os
 import re
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
@@ -37,8 +45,10 @@ from zarr.storage import FsspecStore
 from insitu.errors import ConfigError
 from insitu.fetch import RetryPolicy
 from insitu.stores import redact_url
+from insitu_stores.cloud import GCLOUD_ADC, credentials_hint, env_secrets
 from insitu_stores.errors import (
     Redactor,
+    StoreConfigurationError,
     StoreError,
     StoreNotFoundError,
     StorePermissionError,
@@ -47,7 +57,7 @@ from insitu_stores.errors import (
     first_line,
 )
 from insitu_stores.locations import Location, parse_location
-from insitu_stores.retry import DEFAULT_RETRY, call_with_policy
+from insitu_stores.retry import DEFAULT_RETRY, call_once
 from insitu_stores.schemes import FSSPEC_SCHEMES
 
 #: Schemes fsspec serves here; obstore is the default for those both serve.
@@ -55,20 +65,6 @@ from insitu_stores.schemes import FSSPEC_SCHEMES
 _BUCKET_MISSING = re.compile(
     r"NoSuchBucket|ContainerNotFound|specified bucket does not exist|specified container does not exist",
     re.IGNORECASE,
-)
-# Exception classes (by name: aiohttp, botocore and http.client are optional here) that mean
-# the connection failed or broke mid-answer.
-_TRANSIENT_TYPES = frozenset(
-    {
-        "ClientConnectionError",
-        "ClientPayloadError",
-        "ServerDisconnectedError",
-        "EndpointConnectionError",
-        "ConnectionClosedError",
-        "HTTPClientError",
-        "IncompleteRead",
-        "ResponseParserError",
-    }
 )
 # errno values backends set for a busy or unreachable service (s3fs: 503 SlowDown -> EBUSY,
 # InternalError -> EREMOTEIO).
@@ -113,11 +109,16 @@ def fsspec_store(
     or a shared option and its fsspec spelling: ``anonymous=`` and ``anon``,
     ``endpoint=`` and ``endpoint_url``, ``region=`` and
     ``client_kwargs.region_name``, ``access_key_id=`` and ``key``...) raises
-    :class:`~insitu.errors.ConfigError` naming both. ``retry``
-    (``insitu.RetryPolicy``) sets the attempts, backoff and per-request
-    timeout; the store applies it itself (s3fs's, gcsfs's and botocore's own
-    retries are turned down to one attempt), and insitu's engine does not
-    retry on top.
+    :class:`~insitu.errors.ConfigError` naming both. Without credentials
+    the filesystem reads its usual environment (botocore: ``AWS_*`` variables
+    and files, ``AWS_ENDPOINT_URL`` included); nothing here replaces it.
+
+    ``retry`` (``insitu.RetryPolicy``) sets the time each attempt may take
+    (``timeout_s``; botocore's connect and read timeouts). The store makes one
+    attempt per call (s3fs's, gcsfs's and botocore's own retries are turned
+    down to one) and declares no retry policy: insitu's engine retries its
+    transient errors (``ConnectionError``, ``TimeoutError``) under the
+    dataset's ``retry=``, as the one layer that retries.
 
     ``allow_http`` is accepted for parity with obstore and not needed: fsspec
     filesystems follow the endpoint's scheme.
@@ -131,7 +132,8 @@ def fsspec_store(
     retry = retry or DEFAULT_RETRY
     given = _merge_storage_options(_fsspec_names(loc, fs_options), storage_options)
     options = _map_options(loc, anonymous, endpoint, region, requester_pays, retry, given)
-    redact = Redactor.from_options(options, urls=(url, endpoint))
+    endpoint = endpoint or _configured_endpoint(loc, options)
+    redact = Redactor.from_options(options, urls=(url, endpoint), extra=env_secrets(os.environ))
     try:
         template = FsspecStore.from_url(url, storage_options=options, read_only=read_only)
     except ImportError as exc:
@@ -145,6 +147,18 @@ def fsspec_store(
     if loc.service == "file" and read_only and not os.path.isdir(loc.prefix or "/"):
         raise FileNotFoundError(errno.ENOENT, "no Zarr store at this path", loc.prefix)
     return FsspecLoopStore(template, url=url, options=options, endpoint=endpoint, retry=retry, redact=redact)
+
+
+def _configured_endpoint(loc: Location, options: Mapping[str, Any]) -> str | None:
+    """The endpoint the filesystem will use when ``endpoint=`` was not given: its own option, or
+    (S3) the variables botocore reads. For the store's name and identity only."""
+    found = options.get("endpoint_url")
+    client_kwargs = options.get("client_kwargs")
+    if not found and isinstance(client_kwargs, Mapping):
+        found = client_kwargs.get("endpoint_url")
+    if not found and loc.service == "s3":
+        found = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return str(found) if found else None
 
 
 # The shared keywords that renamed to an s3fs option, for the messages about setting one twice.
@@ -238,7 +252,7 @@ def _map_options(
         # and asks for its size first (a HEAD) to decide: two round trips per chunk for the
         # whole-chunk reads the engine makes. One GET each.
         opts.setdefault("max_concurrency", 1)
-        # One retry layer (the store's policy): botocore would otherwise retry beneath it (s3fs's
+        # One retry layer (insitu's engine): botocore would otherwise retry beneath it (s3fs's
         # own count is a class attribute, set per instance in FsspecLoopStore._single_attempt).
         # Its connect and read timeouts are the backend's own, per request.
         config = dict(opts.get("config_kwargs") or {})
@@ -292,8 +306,8 @@ class FsspecLoopStore(FsspecStore):
         self.url = self.location.safe_url
         self.endpoint = endpoint
         self.retry = retry
-        self._retries = 0
         self._options = options
+        self._anonymous, self._credentials = _credentials_given(self.location.service, options)
         self._redact = redact or Redactor()
         # Only async filesystems hold a loop-bound session; zarr's wrapper of a sync one does not.
         self._loop_bound = bool(getattr(template.fs, "async_impl", False)) and not _is_sync_wrapper(
@@ -338,20 +352,10 @@ class FsspecLoopStore(FsspecStore):
     @staticmethod
     def _single_attempt(fs: Any) -> Any:
         # s3fs and gcsfs retry some errors themselves (``retries`` attempts, a class attribute);
-        # the store's policy owns retrying, so each of their calls is one attempt.
+        # insitu's engine owns retrying, so each of their calls is one attempt.
         if isinstance(getattr(fs, "retries", None), int):
             fs.retries = 1
         return fs
-
-    @property
-    def insitu_retry_policy(self) -> RetryPolicy:
-        """The policy this store applies to each request (insitu's engine adds no retries)."""
-        return self.retry
-
-    @property
-    def insitu_retries(self) -> int:
-        """Retries this store made since it was built, all callers together."""
-        return self._retries
 
     def insitu_identity(self) -> str:
         """The location without its credentials (see :meth:`ObstoreStore.insitu_identity`)."""
@@ -438,32 +442,57 @@ class FsspecLoopStore(FsspecStore):
             ) from None  # the backend's message may quote the request URL
 
     async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
-        await self._client_ready()
-        return await call_with_policy(
-            op, policy=self.retry, translate=self._translate, key=key, url=self.url, on_retry=self._count
+        # One attempt, bounded by the policy's timeout; insitu's engine retries what is transient.
+        # The client's set-up is not part of the attempt's time (see _client_ready).
+        failed: StoreError | None = None
+        try:
+            await self._client_ready()
+        except Exception as exc:
+            failed = self._translate(exc, key)
+            if failed is None:
+                raise
+        if failed is not None:
+            raise failed  # outside the handler: the backend's exception is not its context
+        return await call_once(
+            op, deadline_s=self.retry.timeout_s, translate=self._translate, key=key, url=self.url
         )
 
     async def _client_ready(self) -> None:
-        """Build this loop's client before the first timed attempt, not inside it.
+        """Build this loop's client once, even when the attempt waiting for it is cut short.
 
         s3fs creates its botocore client on first use, parsing botocore's
         service models: 0.15 s on an idle machine, over 1.5 s on a busy one.
-        Inside an attempt that set-up ran against the request timeout, so a
-        loaded machine spent retries on it before any request was sent.
-        ``set_session`` returns the existing client after the first call.
+        The set-up runs as its own task, shielded: an attempt that times out
+        while waiting for it (the engine's ``timeout_s`` is per attempt) does
+        not cancel it, so the next attempt finds it done, or nearly, instead of
+        starting it again and timing out the same way.
         """
-        set_session = getattr(self.fs, "set_session", None)
-        if inspect.iscoroutinefunction(set_session):
-            await set_session()
-
-    def _count(self, error: BaseException) -> None:
-        self._retries += 1
+        fs = self.fs
+        set_session = getattr(fs, "set_session", None)
+        if not inspect.iscoroutinefunction(set_session):
+            return
+        task = getattr(fs, "_insitu_client_setup", None)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            # A set-up that failed is started again by the next attempt.
+            task = asyncio.ensure_future(set_session())
+            fs._insitu_client_setup = task
+        if not task.done():
+            await asyncio.shield(task)
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = self.location.join(key) if key else self.url
         if self.endpoint:
             where += f" (endpoint {redact_url(self.endpoint)})"
-        return translate_fsspec_error(exc, where, url=self.url, key=key, redact=self._redact)
+        return translate_fsspec_error(
+            exc,
+            where,
+            url=self.url,
+            key=key,
+            redact=self._redact,
+            service=self.location.service,
+            anonymous=self._anonymous,
+            credentials=self._credentials,
+        )
 
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncIterator[str]:
@@ -486,6 +515,36 @@ class FsspecLoopStore(FsspecStore):
             if err is None or isinstance(exc, FileNotFoundError):
                 raise
             raise err from None
+
+
+# Options and variables that give each filesystem credentials (for the wording of a hint only).
+_CREDENTIAL_OPTIONS = {
+    "gs": ("token",),
+    "az": ("account_key", "sas_token", "connection_string", "credential", "client_secret"),
+}
+_CREDENTIAL_ENV = {
+    "gs": ("GOOGLE_APPLICATION_CREDENTIALS",),
+    "az": (
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_CLIENT_SECRET",
+    ),
+}
+
+
+def _credentials_given(service: str, options: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``(anonymous, credentials)``: whether requests are unsigned on purpose, and whether the
+    filesystem has credentials to sign with. botocore raises its own error when it finds none, so
+    an S3 request that was refused had some; gcsfs and adlfs fall back to unsigned requests."""
+    anonymous = options.get("anon") is True or (service == "gs" and options.get("token") == "anon")
+    if anonymous or service == "s3":
+        return anonymous, not anonymous
+    found = any(options.get(name) not in (None, "anon") for name in _CREDENTIAL_OPTIONS.get(service, ()))
+    found = found or any(os.environ.get(name) for name in _CREDENTIAL_ENV.get(service, ()))
+    if service == "gs" and not found:
+        found = GCLOUD_ADC.expanduser().is_file()
+    return False, found
 
 
 def _close_sessions(per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]) -> None:
@@ -512,34 +571,130 @@ def _is_sync_wrapper(fs: Any) -> bool:
 
 
 def translate_fsspec_error(
-    exc: BaseException, where: str, *, url: str, key: str | None, redact: Redactor
+    exc: BaseException,
+    where: str,
+    *,
+    url: str,
+    key: str | None,
+    redact: Redactor,
+    service: str = "",
+    anonymous: bool = False,
+    credentials: bool = True,
 ) -> StoreError | None:
-    """The store error for an fsspec/s3fs/aiohttp/botocore exception, or ``None``."""
+    """The store error for an fsspec/s3fs/aiohttp/botocore exception, or ``None``.
+
+    Classified by the exception's type (:func:`_backend_types`), an HTTP status
+    or error code it carries as data, or its ``errno``; never by its message:
+
+    - permission (permanent): ``PermissionError``, 401/403, botocore's
+      credential errors (no credentials: a hint says what to set or pass for
+      ``service``; ``anonymous`` and ``credentials`` choose its wording);
+    - configuration (permanent): botocore's region, endpoint, profile and
+      parameter errors, aiohttp's invalid URL and TLS certificate errors;
+    - timeout (transient): ``TimeoutError`` (aiohttp's and fsspec's are),
+      botocore's read and connect timeouts, ``ETIMEDOUT``, 408;
+    - transient: ``ConnectionError``, botocore's and aiohttp's connection and
+      payload errors, ``http.client.IncompleteRead``, 5xx, 429, errnos for a
+      busy or unreachable service;
+    - anything else from the backend: a plain :class:`StoreError`.
+    """
     if isinstance(exc, StoreError):
         return exc
     text = redact(first_line(str(exc)) or type(exc).__name__)
-    names = {cls.__name__ for cls in type(exc).__mro__}
+    kinds = _backend_types()
     status = http_status(exc)
     code = exc.errno if isinstance(exc, OSError) else None
-    if isinstance(exc, PermissionError) or status in (401, 403):
-        return StorePermissionError(f"permission denied reading {where}: {text}", url=url, key=key)
-    if (
-        isinstance(exc, TimeoutError)
-        or any("Timeout" in n for n in names)
-        or code == errno.ETIMEDOUT
-        or status == 408
-    ):
+    if isinstance(exc, kinds.no_credentials):  # botocore's: S3
+        hint = credentials_hint(service or "s3", found=False)
+        return StorePermissionError(f"cannot read {where}: {hint} ({text})", url=url, key=key)
+    if isinstance(exc, (PermissionError, *kinds.credentials)) or status in (401, 403):
+        hint = credentials_hint(service, anonymous=anonymous, found=credentials)
+        message = f"{hint} ({text})" if hint else text
+        return StorePermissionError(f"permission denied reading {where}: {message}", url=url, key=key)
+    if isinstance(exc, kinds.configuration):
+        return StoreConfigurationError(f"cannot read {where}: {text}", url=url, key=key)
+    if isinstance(exc, (TimeoutError, *kinds.timeouts)) or code == errno.ETIMEDOUT or status == 408:
         return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
     if (
-        isinstance(exc, ConnectionError)
-        or names & _TRANSIENT_TYPES
+        isinstance(exc, (ConnectionError, *kinds.transient))
         or code in _TRANSIENT_ERRNOS
         or (status is not None and (status >= 500 or status == 429))
     ):
         return TransientStoreError(f"connection or server error reading {where}: {text}", url=url, key=key)
-    if isinstance(exc, OSError) or "ClientError" in names:
+    if isinstance(exc, (OSError, *kinds.other)):
         return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
     return None
+
+
+@dataclass(frozen=True)
+class _BackendTypes:
+    """Exception types of the optional backends, by kind (empty tuples for those not installed)."""
+
+    no_credentials: tuple[type[BaseException], ...] = ()
+    credentials: tuple[type[BaseException], ...] = ()
+    configuration: tuple[type[BaseException], ...] = ()
+    timeouts: tuple[type[BaseException], ...] = ()
+    transient: tuple[type[BaseException], ...] = ()
+    other: tuple[type[BaseException], ...] = ()
+
+
+def _types(module: str, *names: str) -> tuple[type[BaseException], ...]:
+    """The named exception classes of ``module``, if it is installed (and has them)."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        return ()
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return ()
+    found = (getattr(mod, name, None) for name in names)
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, BaseException))
+
+
+@functools.cache
+def _backend_types() -> _BackendTypes:
+    import http.client
+
+    return _BackendTypes(
+        no_credentials=_types("botocore.exceptions", "NoCredentialsError"),
+        credentials=_types(
+            "botocore.exceptions",
+            "PartialCredentialsError",
+            "CredentialRetrievalError",
+            "NoAuthTokenError",
+            "TokenRetrievalError",
+            "UnauthorizedSSOTokenError",
+            "SSOTokenLoadError",
+        ),
+        configuration=(
+            *_types(
+                "botocore.exceptions",
+                "NoRegionError",
+                "InvalidRegionError",
+                "UnknownEndpointError",
+                "EndpointResolutionError",
+                "InvalidEndpointConfigurationError",
+                "ProfileNotFound",
+                "ParamValidationError",
+                "InvalidIMDSEndpointError",
+            ),
+            # Before aiohttp's connection errors: a certificate error is one of them by type.
+            *_types("aiohttp", "InvalidURL", "NonHttpUrlClientError", "ClientSSLError"),
+        ),
+        timeouts=_types("botocore.exceptions", "ReadTimeoutError", "ConnectTimeoutError"),
+        transient=(
+            # botocore.exceptions.ConnectionError is not the builtin one.
+            *_types(
+                "botocore.exceptions",
+                "ConnectionError",
+                "HTTPClientError",
+                "IncompleteReadError",
+            ),
+            *_types("botocore.parsers", "ResponseParserError"),
+            *_types("aiohttp", "ClientConnectionError", "ClientPayloadError"),
+            http.client.IncompleteRead,
+        ),
+        other=_types("botocore.exceptions", "ClientError", "BotoCoreError"),
+    )
 
 
 def _error_code(exc: BaseException) -> str | None:

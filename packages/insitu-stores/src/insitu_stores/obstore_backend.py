@@ -6,24 +6,38 @@ missing bucket apart from a missing key, keeps credentials out of its repr and
 messages, and offers the engine raw byte fetches (:meth:`ObstoreStore.insitu_get`,
 :meth:`ObstoreStore.insitu_get_ranges`) without zarr's buffer wrapping.
 
+Configuration: obstore reads ``AWS_*``, ``GOOGLE_*`` and ``AZURE_*`` variables
+itself, but the ``client_options`` it is given replace the client options it
+read from them (``AWS_ALLOW_HTTP``, ``AWS_PROXY_URL``...). The builder reads
+those the way obstore does (:func:`insitu_stores.cloud.env_client_options`)
+and merges, key by key: the environment's, then insitu's (the policy's
+timeouts; ``allow_http`` when given or implied by an ``http://``
+``endpoint=``), then the caller's ``client_options``.
+
 Retries happen in obstore's Rust client, configured from insitu's
 ``RetryPolicy`` (attempts, backoff, request and connect timeouts): it knows
 HTTP statuses, ``Retry-After`` and which requests are safe to repeat. The
 store declares that policy (``insitu_retry_policy``), so insitu's engine does
 not retry on top.
 
-Errors are classified by obstore's exception types. obstore 0.12 has types for
-permission, authentication, missing objects and configuration errors, and one
-type (``GenericError``) for every other failure it gave up on, 5xx, reset,
-timeout and a client that could not be built alike. Those become a plain
-:class:`~insitu_stores.errors.StoreError` carrying obstore's reason: nothing
-is guessed from the message text.
+Errors are classified by obstore's exception types: permission and
+authentication (permanent, with a hint about credentials), configuration,
+invalid path and unsupported operation (permanent). obstore 0.12 has one type
+(``GenericError``) for every other failure it gave up on, 5xx, reset,
+timeout and a client that could not be built alike, with no status or kind as
+data. Two of those are told apart by the store's own configuration, not the
+message: an ``http://`` endpoint without ``allow_http`` (a misconfiguration:
+every request fails before it is sent) and a failed request to the instance
+metadata service when no credentials were configured (no credentials). The
+rest become a plain :class:`~insitu_stores.errors.StoreError` carrying
+obstore's reason, which nothing retries again (obstore already did).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import (
     AsyncGenerator,
@@ -44,6 +58,15 @@ from zarr.storage import ObjectStore
 from insitu.errors import ConfigError
 from insitu.fetch import RetryPolicy
 from insitu.stores import redact_url
+from insitu_stores.cloud import (
+    CloudSetup,
+    allow_http_hint,
+    config_name,
+    credentials_hint,
+    env_client_options,
+    env_secrets,
+    obstore_setup,
+)
 from insitu_stores.errors import (
     Redactor,
     StoreConfigurationError,
@@ -89,7 +112,13 @@ def obstore_store(
       (GCS), ``account_name`` / ``account_key`` / ``sas_key`` (Azure); without
       them obstore reads the usual environment variables. They never appear
       in the store's repr or in its error messages, and neither do the
-      credentials of a ``https://user:password@host/...`` URL.
+      credentials of a ``https://user:password@host/...`` URL or those in the
+      environment. When none is found, or they are refused, the error says
+      what to set or pass.
+    - The environment configures what the options leave unset, as obstore
+      reads it (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, ``AWS_REGION``...):
+      the client options insitu passes are merged on top of those obstore
+      reads from the environment, key by key, instead of replacing them.
     - ``retry``: attempts, backoff, request and connect timeouts
       (``insitu.RetryPolicy``), applied by obstore's client; the store is the
       only layer that retries its requests.
@@ -168,17 +197,23 @@ def obstore_store(
         config["request_payer"] = True
     options: dict[str, Any] = {}
     if loc.service not in ("file", "memory"):
+        # obstore replaces the client options it read from the environment (AWS_ALLOW_HTTP...)
+        # with any it is given: start from those, then insitu's, then the caller's, key by key.
+        options.update(env_client_options(loc.service, os.environ))
         options.update(client_timeouts(retry))
-        if allow_http is None:
-            allow_http = loc.service == "http" or bool(endpoint and endpoint.startswith("http://"))
-        if allow_http:
+        if allow_http is not None:
+            options["allow_http"] = allow_http
+        elif loc.service == "http" or bool(endpoint and endpoint.startswith("http://")):
             options["allow_http"] = True
         options.update(client_options or {})
         config.setdefault("retry_config", retry_config(retry))
     elif client_options:
         raise ValueError(f"client_options do not apply to {loc.scheme}:// URLs ({loc.safe_url!r})")
+    setup = obstore_setup(loc.service, config, options, environ=os.environ)
     target = _basic_auth_header(url, options) if loc.service in ("http", "https") else url
-    redact = Redactor.from_options({**config, "client_options": options}, urls=(url, endpoint))
+    redact = Redactor.from_options(
+        {**config, "client_options": options}, urls=(url, setup.endpoint), extra=env_secrets(os.environ)
+    )
     try:
         if options:
             config["client_options"] = options
@@ -195,7 +230,13 @@ def obstore_store(
             f"cannot open {loc.safe_url!r} with obstore: {redact(first_line(str(exc)))}"
         ) from None
     return ObstoreStore(
-        inner, read_only=read_only, location=loc, endpoint=endpoint, retry=retry, redact=redact
+        inner,
+        read_only=read_only,
+        location=loc,
+        endpoint=setup.endpoint,
+        retry=retry,
+        redact=redact,
+        setup=setup,
     )
 
 
@@ -240,14 +281,6 @@ _KEYWORD_TARGETS = ("anonymous", "endpoint", "region", "requester_pays")
 # gcsfs token methods that need gcsfs's own machinery (its credential cache, a browser flow,
 # the metadata server by name): obstore has no equivalent to ask for.
 _GCSFS_METHODS = ("cache", "browser", "cloud")
-# Prefixes and aliases obstore accepts for one config key ("aws_access_key_id", "sas_token"...):
-# options that name the same key are the same option, whatever their spelling.
-_CONFIG_PREFIXES = ("aws_", "google_", "azure_storage_", "azure_")
-_CONFIG_ALIASES = {
-    "service_account_path": "service_account",
-    "sas_token": "sas_key",
-    "endpoint_url": "endpoint",
-}
 
 
 def _apply_storage_options(
@@ -276,7 +309,7 @@ def _apply_storage_options(
                 raise _conflict(source, f"{target}=")
             keywords[target] = value
             continue
-        clash = next((k for k in config if _config_name(k) == _config_name(target)), None)
+        clash = next((k for k in config if config_name(k) == config_name(target)), None)
         if clash is not None:
             raise _conflict(source, f"{clash}=")
         config[target] = value
@@ -369,15 +402,6 @@ def _conflict(shown: str, keyword: str) -> ConfigError:
     return ConfigError(f"{shown} and {keyword} set the same option; give it once")
 
 
-def _config_name(key: str) -> str:
-    name = key.lower()
-    for prefix in _CONFIG_PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-            break
-    return _CONFIG_ALIASES.get(name, name)
-
-
 def retry_config(policy: RetryPolicy) -> dict[str, Any]:
     """obstore's ``retry_config`` for ``policy``: the same attempts and backoff, per request."""
     longest = policy.longest_call_s()
@@ -453,12 +477,14 @@ class ObstoreStore(ObjectStore):
         endpoint: str | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
+        setup: CloudSetup | None = None,
     ) -> None:
         super().__init__(store, read_only=read_only)
         self.location = location or parse_location(f"memory:///{id(store):x}")
         self.endpoint = endpoint
         self.retry = retry
         self._redact = redact or Redactor()
+        self._setup = setup
 
     # -- identity and display (never credentials) ---------------------------
     @property
@@ -482,6 +508,12 @@ class ObstoreStore(ObjectStore):
     def insitu_retry_policy(self) -> RetryPolicy:
         """The policy obstore's client applies to every request of this store."""
         return self.retry
+
+    @property
+    def cloud_setup(self) -> CloudSetup | None:
+        """What the client was configured with, options and environment together (``None`` for a
+        store wrapped directly)."""
+        return self._setup
 
     async def insitu_object_version(self, key: str) -> str | None:
         """The object's ETag (or version id, or size and modification time); ``None`` if absent.
@@ -515,6 +547,7 @@ class ObstoreStore(ObjectStore):
             endpoint=self.endpoint,
             retry=self.retry,
             redact=self._redact,
+            setup=self._setup,
         )
 
     def __eq__(self, value: object) -> bool:
@@ -632,7 +665,9 @@ class ObstoreStore(ObjectStore):
         where = self.location.join(key) if key else self.location.safe_url
         if self.endpoint:
             where += f" (endpoint {redact_url(self.endpoint)})"
-        return translate_obstore_error(exc, where, url=self.url, key=key, redact=self._redact)
+        return translate_obstore_error(
+            exc, where, url=self.url, key=key, redact=self._redact, setup=self._setup
+        )
 
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncGenerator[str, None]:
@@ -659,30 +694,67 @@ class ObstoreStore(ObjectStore):
 
 
 def translate_obstore_error(
-    exc: BaseException, where: str, *, url: str, key: str | None, redact: Redactor
+    exc: BaseException,
+    where: str,
+    *,
+    url: str,
+    key: str | None,
+    redact: Redactor,
+    setup: CloudSetup | None = None,
 ) -> StoreError | None:
     """The store error for an obstore exception, or ``None`` if it is not a request failure.
 
-    ``where`` (the object's URL) leads the message; ``redact`` scrubs secrets from it.
+    ``where`` (the object's URL) leads the message; ``redact`` scrubs secrets
+    from it. ``setup`` (what the store was configured with) lets two
+    misconfigurations that obstore 0.12 reports only with its generic type be
+    recognised from the configuration rather than the message: a plain
+    ``http://`` endpoint without ``allow_http`` (every request fails before it
+    is sent) and no credentials at all (obstore asked the instance metadata
+    service, an address the configuration names, and got none). Both are
+    permanent. Permission and credential errors carry a hint saying what to
+    set, per cloud; never a value.
     """
     if isinstance(exc, StoreError):
         return exc
     from obstore import exceptions as oe
 
     text = redact(first_line(str(exc)))
+    service = setup.service if setup is not None else ""
     if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
         kind = "not authenticated" if isinstance(exc, oe.UnauthenticatedError) else "permission denied"
-        return StorePermissionError(f"{kind} reading {where}: {text}", url=url, key=key)
+        hint = credentials_hint(service, anonymous=bool(setup and setup.anonymous))
+        return StorePermissionError(f"{kind} reading {where}: {_hinted(text, hint)}", url=url, key=key)
     if isinstance(exc, _configuration_errors(oe)):
         return StoreConfigurationError(f"cannot read {where}: {text}", url=url, key=key)
+    if isinstance(exc, oe.GenericError) and setup is not None:
+        if setup.plain_http_refused:
+            return StoreConfigurationError(
+                f"cannot read {where}: {allow_http_hint(service)} (obstore: {text})", url=url, key=key
+            )
+        if not setup.anonymous and setup.names_credential_service(str(exc)):
+            hint = (
+                "could not get credentials from the source the configuration names"
+                if setup.credentials
+                else credentials_hint(service, found=False)
+            )
+            return StorePermissionError(
+                f"cannot read {where}: {hint} (obstore asked the credentials service: {text})",
+                url=url,
+                key=key,
+            )
     if isinstance(exc, TimeoutError):
         return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
     if isinstance(exc, ConnectionError):
         return TransientStoreError(f"connection failed reading {where}: {text}", url=url, key=key)
     if isinstance(exc, (oe.BaseError, OSError)):
-        # GenericError and the rest: obstore already retried what it could; its reason is in text.
+        # GenericError and the rest: obstore already retried what it could under the store's
+        # policy, and 0.12 gives no finer type or status; its reason is in the text.
         return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
     return None
+
+
+def _hinted(text: str, hint: str) -> str:
+    return f"{hint} (obstore: {text})" if hint else text
 
 
 def _configuration_errors(oe: Any) -> tuple[type[BaseException], ...]:

@@ -1,19 +1,24 @@
-"""How the stores here call their backends: every store retries by itself, under insitu's ``RetryPolicy``.
+"""How the stores here call their backends: one attempt per call, translated; core owns retrying.
 
-Each store is the single layer that retries its transient failures
-(:class:`insitu.capabilities.RetriesItself`), so insitu's engine calls it once
-per read and retries nothing on top:
+insitu's engine is the single owner of retries (:class:`insitu.fetch.ChunkFetcher`
+under an :class:`insitu.RetryPolicy`). Nothing in this package runs a retry
+loop of its own. A backend's own retry configuration is used only where the
+backend has one that can follow the policy, and then the engine does not
+retry on top:
 
 - obstore and Icechunk retry inside their Rust clients, configured from the
-  policy (attempts, backoff, timeouts); :func:`call_once` only bounds the wait
-  (past every attempt the backend may make) and translates what still fails.
-- fsspec filesystems have no retry setting that can follow the policy (s3fs
-  and botocore take a count but fix their own backoff; HTTP has none), so the
-  backend makes one attempt per call and :func:`call_with_policy` retries
-  with insitu's own loop (:func:`insitu.fetch.call_with_retries`).
+  store's policy (attempts, backoff, timeouts); such a store declares that
+  policy (:class:`insitu.capabilities.RetriesItself`), so the engine calls it
+  once per read. :func:`call_once` only bounds the wait (past every attempt
+  the backend may make) and translates what still fails.
+- fsspec filesystems have no retry setting that can follow the policy (s3fs,
+  gcsfs and botocore take a count but fix their own backoff; HTTP has none).
+  Their own retries are turned down to one attempt, the store declares no
+  policy, and the engine retries it under the dataset's ``retry=``: each call
+  here is one attempt (:func:`call_once` with the policy's ``timeout_s``),
+  raised as a ``ConnectionError`` / ``TimeoutError`` when it is transient.
 
-Either way, what is still failing after the last attempt leaves the store
-translated (see :mod:`insitu_stores.errors`).
+Either way, what fails leaves the store translated (see :mod:`insitu_stores.errors`).
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from insitu.fetch import RetryPolicy, call_with_retries
-from insitu_stores.errors import StoreError, StoreTimeoutError, TransientStoreError
+from insitu.fetch import RetryPolicy
+from insitu_stores.errors import StoreError, StoreTimeoutError
 
 T = TypeVar("T")
 
@@ -42,11 +47,13 @@ async def call_once(
     key: str | None,
     url: str,
 ) -> T:
-    """``await op()`` once (the backend retries inside it), its failure translated.
+    """``await op()`` once, its failure translated.
 
-    ``deadline_s`` bounds the whole call; it is a backstop for a request that
-    hangs past the backend's own timeouts, so pass more than the backend's
-    longest retried call (:meth:`RetryPolicy.longest_call_s`).
+    ``deadline_s`` bounds the whole call. For a backend that retries inside
+    ``op`` it is a backstop for a request that hangs past the backend's own
+    timeouts, so pass more than its longest retried call
+    (:meth:`RetryPolicy.longest_call_s`); for one attempt, the policy's
+    ``timeout_s``. Running past it raises :class:`StoreTimeoutError`.
     """
     try:
         async with asyncio.timeout(deadline_s):
@@ -56,44 +63,6 @@ async def call_once(
     except TimeoutError:
         raise StoreTimeoutError(
             f"{_where(url, key)}: no answer within {deadline_s} s", url=url, key=key
-        ) from None
-
-
-async def call_with_policy(
-    op: Callable[[], Awaitable[T]],
-    *,
-    policy: RetryPolicy,
-    translate: Translate,
-    key: str | None,
-    url: str,
-    on_retry: Callable[[BaseException], None] | None = None,
-) -> T:
-    """``await op()`` under ``policy``: each attempt timed and translated, transient ones retried.
-
-    Translated transient errors (:class:`TransientStoreError`, a
-    ``ConnectionError``; :class:`StoreTimeoutError`, a ``TimeoutError``) are
-    what the policy retries by type; everything else is raised at once.
-    """
-    attempts = 1
-
-    def count(error: BaseException) -> None:
-        nonlocal attempts
-        attempts += 1
-        if on_retry is not None:
-            on_retry(error)
-
-    try:
-        return await call_with_retries(lambda: _translating(op, translate, key), policy, on_retry=count)
-    except (TransientStoreError, StoreTimeoutError) as err:
-        if attempts > 1:
-            err.args = (f"{err.args[0]} (after {attempts} attempts)",)
-        raise
-    except StoreError:
-        raise
-    except TimeoutError:  # the policy's per-attempt timeout, on the last attempt
-        suffix = f" (after {attempts} attempts)" if attempts > 1 else ""
-        raise StoreTimeoutError(
-            f"{_where(url, key)}: no answer within {policy.timeout_s} s{suffix}", url=url, key=key
         ) from None
 
 
@@ -128,4 +97,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DEFAULT_RETRY", "Translate", "call_once", "call_with_policy"]
+__all__ = ["DEFAULT_RETRY", "Translate", "call_once"]

@@ -30,6 +30,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
 from insitu.fetch import RetryPolicy
+from insitu_stores.cloud import CloudSetup
 from insitu_stores.errors import Redactor, StoreError
 from insitu_stores.fits import DEFAULT_CHUNK_BYTES, NotAnImageError, fits_group, optional_module
 from insitu_stores.locations import Location, parse_location
@@ -89,7 +90,9 @@ def virtual_store(
     kind = _format(format, [loc.safe_url for loc in locations])
     retry = retry or DEFAULT_RETRY
     redact = Redactor.from_options(dict(credentials), urls=[*url_list, endpoint])
-    registry, readers = _registry(locations, anonymous, endpoint, region, allow_http, retry, credentials)
+    registry, readers, setup = _registry(
+        locations, anonymous, endpoint, region, allow_http, retry, credentials
+    )
     if kind == "fits":
         if len(locations) > 1 and chunk_rows is not None:
             raise ValueError("chunk_rows applies to a single FITS file; stacked files are one chunk each")
@@ -120,7 +123,12 @@ def virtual_store(
         f" and {len(locations) - 3} more" if len(locations) > 3 else ""
     )
     return VirtualStore(
-        manifest_store, description=described, fingerprint=fingerprint, retry=retry, redact=redact
+        manifest_store,
+        description=described,
+        fingerprint=fingerprint,
+        retry=retry,
+        redact=redact,
+        setup=setup,
     )
 
 
@@ -176,11 +184,13 @@ def _registry(
     allow_http: bool | None,
     retry: RetryPolicy,
     credentials: dict[str, Any],
-) -> tuple[Any, dict[str, Any]]:
-    """One obstore store per bucket (or per host, or local files) and the registry over them."""
+) -> tuple[Any, dict[str, Any], CloudSetup | None]:
+    """One obstore store per bucket (or per host, or local files), the registry over them, and
+    the configuration of the first cloud one (for the hints in error messages)."""
     ObjectStoreRegistry = optional_module("obspec_utils.registry").ObjectStoreRegistry
 
     stores: dict[str, Any] = {}
+    setup: CloudSetup | None = None
     for loc in locations:
         root = "file://" if loc.service == "file" else loc.root
         if root in stores:
@@ -190,7 +200,7 @@ def _registry(
 
             stores[root] = LocalStore()
         else:
-            stores[root] = obstore_store(
+            built = obstore_store(
                 root,
                 anonymous=anonymous,
                 endpoint=endpoint,
@@ -198,8 +208,10 @@ def _registry(
                 allow_http=allow_http,
                 retry=retry,
                 **credentials,
-            ).store
-    return ObjectStoreRegistry(dict(stores)), stores
+            )
+            stores[root] = built.store
+            setup = setup or built.cloud_setup
+    return ObjectStoreRegistry(dict(stores)), stores, setup
 
 
 def _store_for(loc: Location, readers: dict[str, Any]) -> tuple[Any, str]:
@@ -254,6 +266,7 @@ class VirtualStore(Store):
         fingerprint: str,
         retry: RetryPolicy = DEFAULT_RETRY,
         redact: Redactor | None = None,
+        setup: CloudSetup | None = None,
     ) -> None:
         super().__init__(read_only=True)
         self.manifest_store = manifest_store
@@ -261,6 +274,7 @@ class VirtualStore(Store):
         self.fingerprint = fingerprint
         self.retry = retry
         self._redact = redact or Redactor()
+        self._setup = setup
         # virtualizarr's ManifestStore answers "<anything>/zarr.json" with the nearest group's
         # metadata, so zarr would see groups that do not exist; keys are checked against the
         # real hierarchy first.
@@ -355,7 +369,9 @@ class VirtualStore(Store):
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = f"{self} key {key!r}" if key else str(self)
-        return translate_obstore_error(exc, where, url=str(self), key=key, redact=self._redact)
+        return translate_obstore_error(
+            exc, where, url=str(self), key=key, redact=self._redact, setup=self._setup
+        )
 
 
 __all__ = ["NotAnImageError", "VirtualStore", "virtual_store"]
