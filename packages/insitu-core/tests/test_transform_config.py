@@ -17,7 +17,9 @@ from insitu.transform_config import transform_from_config
 class AddArrayIndex:
     """Configured without knowing the arrays; bind() completes it with each array's own value."""
 
-    def __init__(self, offsets: dict[str, float] | None = None, bound: float | None = None) -> None:
+    def __init__(
+        self, offsets: dict[str, int] | dict[str, float] | None = None, bound: float | None = None
+    ) -> None:
         self.offsets = offsets or {}
         self.bound = bound
 
@@ -109,3 +111,32 @@ def test_a_view_describes_the_batches_its_batch_transforms_deliver(tmp_path: Pat
         assert {k: (v.shape[1:], v.dtype) for k, v in batch.items()} == {
             k: (view.sample_shapes[k], view.dtypes[k]) for k in view.labels
         }
+
+
+def test_arrays_sharing_a_name_get_their_own_chains(tmp_path: Path) -> None:
+    """An OME-NGFF image and its labels are both arrays named "0": a transform keyed "0" is refused
+    (it would run on both), keyed by path it runs on that array alone, and bound transforms and CF
+    decoding stay per array."""
+    import zarr
+
+    root = zarr.open_group(tmp_path / "ome.zarr", mode="w", zarr_format=3)
+    root.create_array("0", shape=(12, 4), chunks=(4, 4), dtype="u2")[...] = 1
+    root.create_array("labels/cells/0", shape=(12, 4), chunks=(6, 4), dtype="u1")[...] = 2
+    store = insitu.open_store(tmp_path / "ome.zarr")
+    image = insitu.open_geometries(store, ["0"])["0"]
+    mask = insitu.open_geometries(store, ["0"], path="labels/cells")["0"]
+    manifest = insitu.split_by_chunk(image, (1.0,), names=["train"])
+    geoms = {"image": image, "mask": mask}
+    double = AddArrayIndex({"0": 3})
+    with pytest.raises(insitu.ConfigError, match=r"chunk_transforms key '0' names 2 arrays .*key it by path"):
+        insitu.InSituDataset(store, manifest, geoms, chunk_transforms={"0": [double]})
+    by_path = {"labels/cells/0": [AddArrayIndex({"0": 3})]}
+    with insitu.InSituDataset(store, manifest, geoms, chunk_transforms=by_path, batch_size=12) as data:
+        batch = next(iter(data.train))
+        assert batch["image"].dtype == np.uint16
+        np.testing.assert_array_equal(batch["mask"], 5)
+    by_label = {"mask": [AddArrayIndex({"0": 7})]}
+    with insitu.InSituDataset(store, manifest, geoms, chunk_transforms=by_label, batch_size=12) as data:
+        batch = next(iter(data.train))
+        np.testing.assert_array_equal(batch["mask"], 9)
+        np.testing.assert_array_equal(batch["image"], 1)

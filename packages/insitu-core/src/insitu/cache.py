@@ -116,7 +116,7 @@ class PersistentCache:
         if self.persist:
             store_id = store_identity(store)
             self.fingerprints = {
-                p: array_fingerprint(store_id, g, transforms.get(g.name, ()), specs[p])
+                p: array_fingerprint(store_id, g, transforms.get(g.path, ()), specs[p])
                 for p, g in arrays.items()
             }
             self.metadata = {p: metadata_digest(g.metadata) for p, g in arrays.items()}

@@ -137,21 +137,24 @@ class InSituDataset:
         self._check_splits()
 
         arrays = {g.path: g.shift(-g.offset) for g in self.labels}
-        transforms = _chunk_transforms(chunk_transforms, [*arrays.values(), *self.statics])
-        transforms, error_fills = _with_cf_decoding(transforms, [*arrays.values(), *self.statics], cf_decode)
+        every_array = [*arrays.values(), *self.statics]
+        transforms = _chunk_transforms(chunk_transforms, every_array, self.labels + self.statics)
+        transforms, error_fills = _with_cf_decoding(
+            transforms, every_array, cf_decode, self.labels + self.statics
+        )
         if self.on_bad_chunk is BadChunkPolicy.NAN:
             ints = {
                 g.name: str(g.dtype)
                 for g in arrays.values()
-                if g.dtype.kind not in "fc" and g.name not in error_fills
+                if g.dtype.kind not in "fc" and g.path not in error_fills
             }
             if ints:
                 raise ConfigError(
                     f"on_bad_chunk='nan' cannot mark bad chunks of integer array(s) {ints}: their samples "
                     "would hold the fill value, which looks like data (and no CF fill value decodes to NaN); use on_bad_chunk='skip' (or 'raise')"
                 )
-        specs = {path: output_spec(g, transforms.get(g.name, ())) for path, g in arrays.items()}
-        static_bytes = sum(static_spec(g, transforms.get(g.name, ())).nbytes for g in self.statics)
+        specs = {path: output_spec(g, transforms.get(path, ())) for path, g in arrays.items()}
+        static_bytes = sum(static_spec(g, transforms.get(g.path, ())).nbytes for g in self.statics)
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
         self._epoch = 0
         self._stats_callbacks: list[Callable[[PassReport], Any]] = []
@@ -615,36 +618,59 @@ def _with_cf_decoding(
     transforms: dict[str, tuple[ChunkTransform, ...]],
     arrays: Sequence[ArrayGeometry],
     cf_decode: bool | Mapping[str, bool],
+    labels: Sequence[ArrayGeometry],
 ) -> tuple[dict[str, tuple[ChunkTransform, ...]], dict[str, Any]]:
-    """Each array's chain with CF decoding first where the array carries CF attributes and it is
-    not turned off, and the raw value that marks a bad chunk so that decoding makes it NaN."""
+    """Each array's chain (by array path) with CF decoding first where the array carries CF
+    attributes and it is not turned off, and the raw value that marks a bad chunk so that decoding
+    makes it NaN."""
     from insitu.cf import cf_transform_for
 
-    names = {g.name for g in arrays}
     if isinstance(cf_decode, Mapping):
-        unknown = sorted(set(cf_decode) - names)
-        if unknown:
-            raise ConfigError(f"cf_decode names unknown array(s) {unknown}; arrays are {sorted(names)}")
         bad = {k: v for k, v in cf_decode.items() if not isinstance(v, (bool, np.bool_))}
         if bad:
             raise ConfigError(f"cf_decode values must be True or False, got {bad}")
-        enabled = {n: bool(cf_decode.get(n, True)) for n in names}
+        chosen = _by_path(cf_decode, arrays, labels, "cf_decode")
+        enabled = {g.path: bool(chosen.get(g.path, True)) for g in arrays}
     elif isinstance(cf_decode, (bool, np.bool_)):
-        enabled = dict.fromkeys(names, bool(cf_decode))
+        enabled = {g.path: bool(cf_decode) for g in arrays}
     else:
         raise ConfigError(f"cf_decode must be True, False or {{array: bool}}, got {cf_decode!r}")
     out = dict(transforms)
     fills: dict[str, Any] = {}
     for g in arrays:
-        if not enabled[g.name]:
+        if not enabled[g.path]:
             continue
         decode = cf_transform_for(g.metadata, name=g.name)
         if decode is None:
             continue
-        out[g.name] = (decode, *transforms.get(g.name, ()))
+        out[g.path] = (decode, *transforms.get(g.path, ()))
         if decode.encoding.fill_values and g.dtype.kind not in "fc":
-            fills[g.name] = decode.encoding.fill_values[0]
+            fills[g.path] = decode.encoding.fill_values[0]
     return out, fills
+
+
+def _by_path(
+    spec: Mapping[str, Any], arrays: Sequence[ArrayGeometry], labels: Sequence[ArrayGeometry], what: str
+) -> dict[str, Any]:
+    """A per-array mapping keyed by array path; its keys may be paths, names or labels. A name two
+    arrays share (``"0"`` of an OME-NGFF image and of its labels) is refused, never applied to both."""
+    paths = {g.path for g in arrays}
+    out: dict[str, Any] = {}
+    for key, value in spec.items():
+        found = sorted(
+            {g.path for g in arrays if key in (g.path, g.name)} | {g.path for g in labels if g.label == key}
+        )
+        if not found:
+            known = sorted({g.name for g in arrays} | {g.label for g in labels} | paths)
+            raise ConfigError(f"{what} names unknown array(s) [{key!r}]; arrays are {known}")
+        if len(found) > 1:
+            raise ConfigError(
+                f"{what} key {key!r} names {len(found)} arrays (paths {found}); key it by path to say which"
+            )
+        if found[0] in out:
+            raise ConfigError(f"{what} gives array {found[0]!r} twice (as {key!r} and another key)")
+        out[found[0]] = value
+    return out
 
 
 def _sample_dim(labels: Sequence[ArrayGeometry]) -> str | None:
@@ -653,24 +679,26 @@ def _sample_dim(labels: Sequence[ArrayGeometry]) -> str | None:
 
 
 def _chunk_transforms(
-    spec: Sequence[ChunkTransform] | Mapping[str, Sequence[ChunkTransform]], arrays: Any
+    spec: Sequence[ChunkTransform] | Mapping[str, Sequence[ChunkTransform]],
+    arrays: Sequence[ArrayGeometry],
+    labels: Sequence[ArrayGeometry],
 ) -> dict[str, tuple[ChunkTransform, ...]]:
-    """Each array's chain: configurations (``{"name": ...}``) resolved through the registry, and
-    transforms that define ``bind(geom)`` bound to each array they apply to."""
-    geoms = {g.name: g for g in arrays}
-    names = set(geoms)
+    """Each array's chain, by array path: configurations (``{"name": ...}``) resolved through the
+    registry, and transforms that define ``bind(geom)`` bound to each array they apply to. Mapping
+    keys may be array paths, names or labels."""
+    geoms = {g.path: g for g in arrays}
     if isinstance(spec, Mapping):
-        unknown = sorted(set(spec) - names)
-        if unknown:
-            raise ConfigError(f"chunk_transforms name unknown array(s) {unknown}; arrays are {sorted(names)}")
-        chains = {k: transforms_from_config(v) for k, v in spec.items()}
+        chains = {
+            p: transforms_from_config(v)
+            for p, v in _by_path(spec, arrays, labels, "chunk_transforms").items()
+        }
     else:
         shared = transforms_from_config(spec)
-        chains = dict.fromkeys(names, shared) if shared else {}
+        chains = dict.fromkeys(geoms, shared) if shared else {}
     out = {}
-    for name, chain in chains.items():
+    for path, chain in chains.items():
         for t in chain:
             if not callable(t) and not hasattr(t, "bind"):
                 raise ConfigError(f"chunk transform {t!r} is not callable")
-        out[name] = tuple(bind_to_array(t, geoms[name]) for t in chain)
+        out[path] = tuple(bind_to_array(t, geoms[path]) for t in chain)
     return out

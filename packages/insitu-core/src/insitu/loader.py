@@ -80,7 +80,7 @@ class Engine:
         error_fills: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = store
-        # The raw value a bad integer chunk is filled with, by array name: CF decoding turns it into NaN.
+        # The raw value a bad integer chunk is filled with, by array path: CF decoding turns it into NaN.
         self.error_fills = dict(error_fills or {})
         self.track_sources = track_sources
         self.pool = pool
@@ -97,7 +97,7 @@ class Engine:
                 self,
                 apool,
                 _reader_for(apool.geom, decoders),
-                tuple(chunk_transforms.get(apool.geom.name, ())),
+                tuple(chunk_transforms.get(apool.geom.path, ())),
             )
             for path, apool in pool.arrays.items()
         }
@@ -412,7 +412,7 @@ class ArrayLoader:
             return None
         if self.geom.dtype.kind in "fc":
             return np.nan
-        return self.engine.error_fills.get(self.geom.name, self.geom.fill_value)
+        return self.engine.error_fills.get(self.geom.path, self.geom.fill_value)
 
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.

@@ -54,7 +54,7 @@ async def read_statics(
             else:
                 region.append(chosen.array)
         raw = np.asarray(await arr.get_orthogonal_selection(tuple(region)))
-        chain = tuple(transforms.get(g.name, ()))
+        chain = tuple(transforms.get(g.path, ()))
         if chain:
             spec = static_spec(g, chain)
             block = chain_runner(g.name, chain, spec)(raw[np.newaxis])
