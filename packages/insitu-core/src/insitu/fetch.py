@@ -7,10 +7,11 @@ store goes through ``Store.get`` (or the store's raw-bytes read, when it has
 one) on the event loop, under one concurrency budget.
 
 Exactly one layer retries a transient error. A store that retries by itself
-(:class:`insitu.capabilities.RetriesItself`, as insitu-stores' obstore,
-fsspec and Icechunk stores do, through their backends' own retry settings
-where those exist) is called once per read and its errors pass through. Any
-other store is retried here, under the dataset's :class:`RetryPolicy`.
+(:class:`insitu.capabilities.RetriesItself`, as insitu-stores' obstore and
+Icechunk stores do, through their clients' own retry settings) is called
+once per read and its errors pass through. Any other store, insitu-stores'
+fsspec store included, is retried here, under the dataset's
+:class:`RetryPolicy`.
 """
 
 from __future__ import annotations
