@@ -63,5 +63,7 @@ def test_loading_the_plugin_imports_no_transform_module() -> None:
         "from insitu.plugins import get_registry; get_registry().entries('transforms'); "
         "print(sorted(m for m in sys.modules if m.startswith(('scipy', 'insitu_transforms.'))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "['insitu_transforms.plugin']"
