@@ -98,3 +98,30 @@ def test_sel_needs_coordinates() -> None:
     with pytest.raises(ConfigError, match=r"no coordinate values for it; select by position with isel"):
         bare.sel(x=1.0)
     assert bare.isel(x=[0, 2]).sample_shape == (2,)
+
+
+@pytest.mark.parametrize("decoders", [None, []], ids=["direct", "zarr-pipeline"])
+def test_a_selection_reads_the_same_values_through_either_decode_path(tmp_path, decoders) -> None:  # type: ignore[no-untyped-def]
+    """With no direct decoder, zarr's pipeline reads the selected region (orthogonally)."""
+    import zarr
+
+    import insitu
+
+    values = np.arange(8 * 19 * 36, dtype="f4").reshape(8, 19, 36)
+    arr = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=values.shape,
+        chunks=(2, 5, 9),
+        dtype="f4",
+        dimension_names=("time", "latitude", "longitude"),
+    )
+    arr[...] = values
+    store = insitu.open_store(tmp_path / "s.zarr")
+    (g,) = insitu.open_geometries(store, sample_axis="time").values()  # the store is one array
+    chosen = g.isel(latitude=3, longitude=[30, 2, 11])
+    manifest = insitu.split_by_chunk(chosen, (1.0,), names=["train"])
+    with insitu.InSituDataset(
+        store, manifest, [chosen], batch_size=8, shuffle=False, decoders=decoders
+    ) as data:
+        batch = next(iter(data.train))
+    np.testing.assert_array_equal(batch[chosen.label], values[:, 3][:, [30, 2, 11]])

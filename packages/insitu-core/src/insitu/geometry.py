@@ -267,6 +267,25 @@ class ArrayGeometry:
         """The selection of one axis (None: every index)."""
         return None if self.selection is None else self.selection[axis]
 
+    def orthogonal_region(self, samples: slice | None = None) -> tuple[tuple[Any, ...], int]:
+        """zarr's orthogonal selection reading ``samples`` (a slice of the sample axis; None: all)
+        with this geometry's selection, and where the sample axis lands in the result (axes that an
+        integer selection drops before it move it left). For a static array, the whole selection."""
+        region: list[Any] = []
+        axis = self.sample_axis
+        for d in range(len(self.shape)):
+            chosen = self.axis_selection(d)
+            if d == self.sample_axis and not self.static:
+                region.append(slice(None) if samples is None else samples)
+            elif chosen is None:
+                region.append(slice(None))
+            elif not chosen.keep:
+                region.append(chosen.indices[0])
+                axis -= d < self.sample_axis
+            else:
+                region.append(chosen.array)
+        return tuple(region), axis
+
     @cached_property
     def delivered_dims(self) -> tuple[str | None, ...]:
         """Dimension names of a delivered sample (static: of the delivered array)."""

@@ -308,7 +308,7 @@ class ArrayLoader:
             self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
-        region, axis = _zarr_region(g, lo, hi)
+        region, axis = g.orthogonal_region(slice(lo, hi))
         token = SLAB_SOURCES.set(entry.sources)  # None unless a persisted cache tracks sources
         try:
             async with self.engine.inflight:
@@ -417,25 +417,6 @@ class ArrayLoader:
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
 MAX_ITEMS_PER_JOB = 8
-
-
-def _zarr_region(g: ArrayGeometry, lo: int, hi: int) -> tuple[tuple[Any, ...], int]:
-    """zarr's orthogonal selection for samples ``[lo, hi)`` and the array's selection, and where the
-    sample axis is in the result (axes dropped by an integer selection before it move it left)."""
-    region: list[Any] = []
-    axis = g.sample_axis
-    for d in range(len(g.shape)):
-        chosen = g.axis_selection(d)
-        if d == g.sample_axis:
-            region.append(slice(lo, hi))
-        elif chosen is None:
-            region.append(slice(None))
-        elif not chosen.keep:
-            region.append(chosen.indices[0])
-            axis -= d < g.sample_axis
-        else:
-            region.append(chosen.array)
-    return tuple(region), axis
 
 
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:

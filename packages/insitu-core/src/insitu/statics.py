@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import zarr
@@ -44,16 +43,8 @@ async def read_statics(
 
     async def one(g: ArrayGeometry) -> tuple[str, np.ndarray]:
         arr = await zarr.api.asynchronous.open_array(store=through, path=g.path, mode="r")
-        region: list[Any] = []
-        for d in range(len(g.shape)):
-            chosen = g.axis_selection(d)
-            if chosen is None:
-                region.append(slice(None))
-            elif not chosen.keep:
-                region.append(chosen.indices[0])
-            else:
-                region.append(chosen.array)
-        raw = np.asarray(await arr.get_orthogonal_selection(tuple(region)))
+        region, _ = g.orthogonal_region()
+        raw = np.asarray(await arr.get_orthogonal_selection(region))
         chain = tuple(transforms.get(g.path, ()))
         if chain:
             spec = static_spec(g, chain)

@@ -183,24 +183,11 @@ def _geometry(store_or_view: Any, label: str) -> tuple[ArrayGeometry, Any]:
 def _first_chunk(store: Any, geom: ArrayGeometry) -> np.ndarray:
     """The first slab of ``geom``, sample axis first, selection applied (as the engine decodes it)."""
     arr = zarr.open_array(store=store, path=geom.path, mode="r")
-    region: list[Any] = []
-    for d in range(len(geom.shape)):
-        chosen = geom.axis_selection(d)
-        if d == geom.sample_axis and not geom.static:
-            region.append(slice(0, min(geom.chunk_len, geom.n_samples)))
-        elif chosen is None:
-            region.append(slice(None))
-        elif not chosen.keep:
-            region.append(chosen.indices[0])
-        else:
-            region.append(chosen.array)
-    values = np.asarray(arr.get_orthogonal_selection(tuple(region)))
+    region, axis = geom.orthogonal_region(slice(0, min(geom.chunk_len, geom.n_samples)))
+    values = np.asarray(arr.get_orthogonal_selection(region))
     if geom.static:
         return values[np.newaxis]
-    dropped_before = sum(
-        1 for d in range(geom.sample_axis) if (s := geom.axis_selection(d)) is not None and not s.keep
-    )
-    return np.ascontiguousarray(np.moveaxis(values, geom.sample_axis - dropped_before, 0))
+    return np.ascontiguousarray(np.moveaxis(values, axis, 0))
 
 
 def _median_seconds(call: Callable[[], Any], repeats: int) -> float:
