@@ -52,6 +52,31 @@ class PluginNotFoundError(KeyError):
         return self.message
 
 
+class LazyObject:
+    """A registered object imported on first use: plugins load on every first ``open_store``, so a
+    plugin that imports its implementations there puts them on every user's time to first batch.
+
+    ``insitu_target`` is the object itself (``insitu.<name>`` and configurations resolve to it);
+    calling the stand-in calls it."""
+
+    def __init__(self, module: str, name: str, kind: str = "object") -> None:
+        self.module = module
+        self.kind = kind
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = f"{module}.{name}, imported on first use."
+
+    @property
+    def insitu_target(self) -> Any:
+        """The registered object itself (imports its module)."""
+        return getattr(importlib.import_module(self.module), self.__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.insitu_target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<lazy {self.kind} {self.module}.{self.__name__}>"
+
+
 @dataclass(frozen=True)
 class Registration:
     """One registered object and the plugin that registered it."""

@@ -15,31 +15,16 @@ builder is imported when it is first called.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from insitu.hookspecs import RegisterStore, hookimpl
+from insitu.plugins import LazyObject
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES, FSSPEC_SCHEMES, ICECHUNK_SCHEMES, OBSTORE_SCHEMES
 
 
-class LazyBuilder:
+class LazyBuilder(LazyObject):
     """A store builder that imports ``module`` and calls its ``name`` on first use."""
 
     def __init__(self, module: str, name: str) -> None:
-        self.module = module
-        self.__name__ = self.__qualname__ = name
-        self.__doc__ = f"{module}.{name}, imported on first call."
-
-    @property
-    def insitu_target(self) -> Any:
-        """The builder itself (imports its module); ``insitu.<name>`` resolves to this."""
-        return getattr(importlib.import_module(self.module), self.__name__)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.insitu_target(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<lazy store builder {self.module}.{self.__name__}>"
+        super().__init__(module, name, "store builder")
 
 
 @hookimpl

@@ -9,10 +9,8 @@ configurations resolve it to the class itself (``insitu_target``).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from insitu.hookspecs import RegisterCommand, RegisterTransform, hookimpl
+from insitu.plugins import LazyObject
 
 #: Registered name -> module defining it (the class has the same name).
 TRANSFORMS: dict[str, str] = {
@@ -28,32 +26,12 @@ TRANSFORMS: dict[str, str] = {
 }
 
 
-class LazyTransform:
-    """A registered transform whose module is imported on first use."""
-
-    def __init__(self, module: str, name: str) -> None:
-        self.module = module
-        self.__name__ = name
-        self.__doc__ = f"{module}.{name}, imported on first use."
-
-    @property
-    def insitu_target(self) -> Any:
-        """The transform class itself (imports its module)."""
-        return getattr(importlib.import_module(self.module), self.__name__)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.insitu_target(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<lazy transform {self.module}.{self.__name__}>"
-
-
 @hookimpl
 def insitu_register_transforms(register: RegisterTransform) -> None:
     """Each transform under its class name; configurations match names ignoring case and
     underscores (``{"name": "random_crop", ...}`` finds ``RandomCrop``)."""
     for name, module in TRANSFORMS.items():
-        register(name, LazyTransform(module, name))
+        register(name, LazyObject(module, name, "transform"))
 
 
 @hookimpl
