@@ -303,7 +303,7 @@ def run_engine(
 
         warm = timed(warm_passes, time.perf_counter(), time.process_time())
         after = ds.stats
-        sample_shapes = dict(ds.view("all").sample_shapes)
+        sample_shapes = dict(ds.view("all").pooled_sample_shapes)
     cold.update(chunks_decoded=int(before["chunks_decoded"]), bytes_read=int(before["bytes_read"]))
     warm.update(
         chunks_decoded=int(after["chunks_decoded"] - before["chunks_decoded"]),

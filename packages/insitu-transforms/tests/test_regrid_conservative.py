@@ -3,22 +3,11 @@ sphere, area-weighted means, block averages."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from insitu import ConfigError
-from insitu_transforms.regrid import Grid, Regrid, cache
-
-
-@pytest.fixture(autouse=True)
-def _private_weight_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cache.clear_memory()
-    yield
-    cache.clear_memory()
+from insitu_transforms.regrid import Grid, Regrid
 
 
 def regrid(source: Grid, target: Grid, block: np.ndarray) -> np.ndarray:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,6 @@ import insitu
 from insitu import ArrayGeometry, ConfigError
 from insitu.testing import TransformConformance
 from insitu_transforms.regrid import Grid, Regrid, cache, weights
-
-
-@pytest.fixture(autouse=True)
-def _private_weight_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cache.clear_memory()
-    yield
-    cache.clear_memory()
-
 
 SMALL = Grid.from_coords(np.linspace(-75, 75, 6), np.arange(0, 360, 72.0))  # 6x5, global in longitude
 

@@ -121,6 +121,13 @@ class DatasetView:
         return {label: shape for label, (shape, _) in self.dataset.delivered_arrays.items()}
 
     @property
+    def pooled_sample_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of one sample of each label as the pool holds it: after chunk transforms, before
+        batch transforms (what a batch transform such as a random crop receives)."""
+        shapes = {label: spec.sample_shape for label, spec in self.dataset.label_specs.items()}
+        return shapes | {label: v.shape[1:] for label, v in self.dataset.static_values.items()}
+
+    @property
     def dtypes(self) -> dict[str, np.dtype[Any]]:
         """Dtype of each label, as batches deliver it (after chunk and batch transforms)."""
         return {label: dtype for label, (_, dtype) in self.dataset.delivered_arrays.items()}

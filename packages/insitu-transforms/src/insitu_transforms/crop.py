@@ -453,7 +453,7 @@ class RandomCrop:
         """``{label: {dim: offsets}}``: the first index of each row's window, as ``__call__`` uses
         them for ``batch``. A pure function of the batch's sample indices, epoch and the fields'
         extents: given a batch the crop already cut, pass the uncut sample shapes
-        (``ds.train.sample_shapes``, which are before batch transforms) as ``sample_shapes``."""
+        (``ds.train.pooled_sample_shapes``: before batch transforms) as ``sample_shapes``."""
         windows = self._windows(batch, sample_shapes)
         return {label: {k: o for k, (_, _, o) in w.items()} for label, w in windows.items()}
 
