@@ -558,35 +558,6 @@ def build_dataset(
     )
 
 
-class ModelView:
-    """A split of a :func:`build_dataset` dataset, described as the batches it delivers (x, y, dt).
-
-    Workaround: ``as_tf_dataset`` builds its element signature from
-    ``view.labels`` / ``sample_shapes`` / ``dtypes``, which describe the
-    arrays before batch transforms, so a view whose batch transform makes new
-    labels (here x, y, dt from t, u, v, lsm) fails inside TensorFlow with a
-    KeyError. This wrapper reports what the transform makes.
-    """
-
-    def __init__(self, view: insitu.DatasetView) -> None:
-        self.view = view
-        first = next(iter(view))
-        self._shapes = {k: tuple(first[k].shape[1:]) for k in ("x", "y", CHANGE)}
-        self._dtypes = {k: first[k].dtype for k in ("x", "y", CHANGE)}
-
-    batch_size = property(lambda self: self.view.batch_size)
-    drop_last = property(lambda self: self.view.drop_last)
-    labels = property(lambda self: ("x", "y", CHANGE))
-    sample_shapes = property(lambda self: self._shapes)
-    dtypes = property(lambda self: self._dtypes)
-
-    def __iter__(self) -> Any:
-        return iter(self.view)
-
-    def __len__(self) -> int:
-        return len(self.view)
-
-
 # -- scoring ----------------------------------------------------------------------------------------
 class Skill:
     """RMSE (K) of predicted 24 h changes and of persistence (a change of zero), accumulated per batch."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import insitu
-from examples.advection import data, shared
+from examples.advection import shared
 from examples.common import run
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported: no start-up chatter
@@ -50,14 +50,11 @@ class Keras:
         self.model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate), loss="mse")
 
     def tf_dataset(self, view: insitu.DatasetView) -> Any:
-        # data.ModelView: as_tf_dataset would describe the arrays before the batch transform.
-        return insitu.as_tf_dataset(data.ModelView(view))
+        # The view describes what its batch transform delivers (x, y, dt), and its length.
+        return insitu.as_tf_dataset(view)
 
     def train_epoch(self, view: insitu.DatasetView, max_batches: int | None) -> float:
-        # The view knows how many batches an epoch has; as_tf_dataset does not declare it, and Keras
-        # warns that its "input ran out of data" unless told.
-        cardinality = self.tf.data.experimental.assert_cardinality(len(view))
-        batches = self.tf_dataset(view).apply(cardinality).map(lambda b: (b["x"], b["y"]))
+        batches = self.tf_dataset(view).map(lambda b: (b["x"], b["y"]))
         if max_batches is not None:
             batches = batches.take(max_batches)
         # shuffle=False: insitu already shuffled the training period (Keras cannot shuffle a tf.data input).

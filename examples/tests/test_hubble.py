@@ -94,7 +94,7 @@ def test_truth_is_cast_to_float32_in_the_pool(simulated: list[Path]) -> None:
     frames = open_frames(simulated, truth=True)
     ds = make_dataset(frames, seed=0, batch_size=2, test_fraction=0.5)
     with ds:
-        assert ds.test.dtypes[TRUTH] == np.dtype("float32")
+        assert ds.test.pooled_dtypes[TRUTH] == np.dtype("float32")
         batch = next(iter(ds.test))
     assert batch["x"].dtype == batch["y"].dtype == np.float32
     assert batch["x"].shape == batch["y"].shape == batch["good"].shape == (2, 64, 48)

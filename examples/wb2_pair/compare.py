@@ -27,7 +27,6 @@ import numpy as np
 
 from examples.common import Result, finish, parser
 from examples.wb2_pair.data import write_store
-from examples.wb2_pair.measure import preload
 from examples.wb2_pair.measure import run as measure_run
 from examples.wb2_pair.spec import DEFAULT, SMOKE, Plan, Spec
 
@@ -84,15 +83,15 @@ class PeakMemory(threading.Thread):
 def measure(stack: str, spec: Spec) -> dict[str, Any]:
     """Run one stack in a process of its own; its measurements plus the peak RSS of its process tree.
 
-    The process is forked from this one where the platform allows, so it
-    starts with every library already imported; its RSS right after the fork
-    is its floor. This process never touches the store (a forked obstore
-    client would hang), only writes the synthetic one.
+    The process is spawned (a fresh interpreter), so what it measures does
+    not depend on what this process did before; its RSS includes its own
+    imports, the same for both stacks. This process never touches the
+    store, only writes the synthetic one.
     """
-    if "fork" in multiprocessing.get_all_start_methods():
-        context: Any = multiprocessing.get_context("fork")
-    else:
-        context = multiprocessing.get_context("spawn")
+    # Spawned, not forked: a process that has run insitu (or dask, or a storage client) holds
+    # threads a fork would copy mid-flight, and the child could hang (a test suite does exactly
+    # that). Each child imports its own libraries, so both stacks pay the same start-up.
+    context: Any = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     proc = context.Process(target=measure_run, args=(stack, spec.dumps(), send), name=f"wb2_pair-{stack}")
     proc.start()
@@ -146,7 +145,6 @@ def compare(args: argparse.Namespace) -> Outcome:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         spec = prepare(args, workdir)
-        preload()  # once, here: the measuring processes fork from this one with everything imported
         rows = [measure(stack, spec) for stack in ORDER]
     insitu, xb = rows
     checks = [

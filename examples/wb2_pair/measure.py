@@ -240,7 +240,7 @@ def run(stack: str, spec_json: str, conn: Connection) -> None:
     from examples.wb2_pair.stacks import STACKS
 
     try:
-        preload()  # already done where this process was forked from a preloaded parent
+        preload()  # before the clock: each spawned process imports both stacks' libraries itself
         measured = train_and_evaluate(STACKS[stack], Spec.loads(spec_json))
         conn.send(("ok", asdict(measured)))
     except BaseException:

@@ -373,7 +373,9 @@ def test_random_crop_through_the_engine_is_the_same_whatever_the_batching(tmp_pa
             ds.set_epoch(epoch)
             found = {}
             for b in ds.train:
-                offs = crop.offsets(b, ds.train.pooled_sample_shapes)["t2m"]  # recomputed from the delivered batch
+                offs = crop.offsets(b, ds.train.pooled_sample_shapes)[
+                    "t2m"
+                ]  # recomputed from the delivered batch
                 for i, s in enumerate(b.sample_indices.tolist()):
                     lat, lon = offs["latitude"][i], offs["longitude"][i]
                     np.testing.assert_array_equal(b["t2m"][i], data["t2m"][s, lat : lat + 8, lon : lon + 8])

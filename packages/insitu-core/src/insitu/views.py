@@ -128,6 +128,12 @@ class DatasetView:
         return shapes | {label: v.shape[1:] for label, v in self.dataset.static_values.items()}
 
     @property
+    def pooled_dtypes(self) -> dict[str, np.dtype[Any]]:
+        """Dtype of each label as the pool holds it (after chunk transforms, before batch transforms)."""
+        dtypes = {label: spec.dtype for label, spec in self.dataset.label_specs.items()}
+        return dtypes | {label: v.dtype for label, v in self.dataset.static_values.items()}
+
+    @property
     def dtypes(self) -> dict[str, np.dtype[Any]]:
         """Dtype of each label, as batches deliver it (after chunk and batch transforms)."""
         return {label: dtype for label, (_, dtype) in self.dataset.delivered_arrays.items()}
