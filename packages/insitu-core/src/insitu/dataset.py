@@ -29,6 +29,7 @@ from insitu.gather import BatchTransform, Gatherer
 from insitu.geometry import ArrayGeometry
 from insitu.loader import Engine
 from insitu.loop import get_loop, in_loop_thread, run_sync
+from insitu.memory import without_hugepage_hint
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
     BadChunkPolicy,
@@ -37,7 +38,7 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.order import epoch_order
+from insitu.order import order_with_runs
 from insitu.plan import EpochPlan, plan_epoch
 from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
 from insitu.splits import SplitManifest
@@ -343,21 +344,21 @@ class InSituDataset:
         #: Per split, samples that cannot be anchors: a shifted label would read outside the array.
         self.unused_anchors: dict[str, int] = {}
         for name in self.manifest.names:
-            s = self.manifest.samples(name)
-            if len(s) == 0:
+            total = self.manifest.count_samples(name)
+            if total == 0:
                 continue  # an empty split (fraction 0) is allowed and yields nothing
-            valid = (s >= lo) & (s < hi)
-            if not valid.any():
+            valid = self.manifest.count_samples(name, within=(lo, hi))
+            if valid == 0:
                 raise ConfigError(
                     f"split {name!r} has no valid anchor: its samples lie outside [{lo}, {hi}) "
                     f"given offsets {[g.offset for g in self.labels]}"
                 )
-            unused = int((~valid).sum())
+            unused = total - valid
             if unused:
                 self.unused_anchors[name] = unused
                 offsets = {g.label: g.offset for g in self.labels if g.offset}
                 message = (
-                    f"split {name!r}: {unused} of its {len(s)} samples are not delivered: with offsets "
+                    f"split {name!r}: {unused} of its {total} samples are not delivered: with offsets "
                     f"{offsets} only samples {lo}..{hi - 1} have every label inside the arrays"
                 )
                 # Expected at the ends of the data with windows; a split the user bounded by date
@@ -372,7 +373,7 @@ class InSituDataset:
         The same view object is returned for the same (split, rank, world size), so a state
         loaded into ``ds.train`` is where the next ``for batch in ds.train`` resumes."""
         if split != "all":
-            self.manifest.chunks(split)  # raises for an unknown split
+            self.manifest.check_split(split)
         rank = self.rank if rank is None else rank
         world_size = self.world_size if world_size is None else world_size
         check_rank(rank, world_size)
@@ -426,20 +427,21 @@ class InSituDataset:
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
-                order = epoch_order(
-                    self.manifest,
-                    split,
-                    anchor_range=self.anchor_range,
-                    epoch=epoch,
-                    seed=self.seed,
-                    shuffle=shuffle,
-                    block_chunks=self.block_chunks,
-                    rank=rank,
-                    world_size=world_size,
-                    uneven=self.uneven,
-                    first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
-                )
-                plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last)
+                with without_hugepage_hint():
+                    order, runs = order_with_runs(
+                        self.manifest,
+                        split,
+                        anchor_range=self.anchor_range,
+                        epoch=epoch,
+                        seed=self.seed,
+                        shuffle=shuffle,
+                        block_chunks=self.block_chunks,
+                        rank=rank,
+                        world_size=world_size,
+                        uneven=self.uneven,
+                        first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
+                    )
+                    plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last, runs)
                 if len(self._plans) > 8:
                     self._plans.clear()
                 self._plans[key] = plan

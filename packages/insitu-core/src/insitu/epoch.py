@@ -59,15 +59,19 @@ class EpochRun:
         self.credits: asyncio.Semaphore | None = None
         self.task: asyncio.Task[Any] | None = None
         n = plan.order.n_blocks
-        self._pinned: list[dict[str, list[Slab]] | None] = [None] * n
-        self._block_ready: list[asyncio.Future[None]] = []
-        self._block_waiter: list[BlockWaiter | None] = [None] * n
+        # Only the blocks between the emitter and the producer's read-ahead are live: per-block
+        # state is kept for those, so an epoch of a million blocks costs nothing up front.
+        self._pinned: dict[int, dict[str, list[Slab]]] = {}
+        self._block_waiter: dict[int, BlockWaiter | None] = {}
+        self._produced = 0  # blocks [first block, _produced) are pinned and loading
+        self._produced_event: asyncio.Future[None] | None = None
         # Resuming mid-epoch: blocks before the first remaining batch are never loaded.
         self.start_batch = start_batch
         self._first_block = (
             plan.block_of(start_batch * plan.batch_size) if start_batch < plan.n_batches else n
         )
         self._emitting = self._first_block
+        self._produced = self._first_block
         self._advanced: asyncio.Future[None] | None = None
 
     # -- consumer side (any thread) -------------------------------------------
@@ -84,7 +88,6 @@ class EpochRun:
         loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.credits = asyncio.Semaphore(self.prefetch)
-        self._block_ready = [loop.create_future() for _ in range(self.plan.order.n_blocks)]
         producer = loop.create_task(self._produce())
         try:
             await self._emit()
@@ -96,7 +99,7 @@ class EpochRun:
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
-            for b in range(len(self._pinned)):
+            for b in list(self._pinned):
                 self._release_block(b)
 
     async def _produce(self) -> None:
@@ -111,23 +114,25 @@ class EpochRun:
                 await self._advanced
             pinned: dict[str, list[Slab]] = {}
             self._pinned[b] = pinned
-            for path, need in self.plan.needs[b].items():
+            for path, need in self.plan.block_needs(b).items():
                 apool = engine.pool.arrays[path]
                 slabs = need.slabs.tolist()
-                held: list[Slab] = []
-                pinned[path] = held
+                # In the order of need.slabs, so that releasing pairs each with its next use.
+                held: list[Slab | None] = [None] * len(slabs)
+                pinned[path] = held  # type: ignore[assignment]  # filled below, before anyone reads it
                 missing = []
                 # Pin what is resident (or loading) first, so reserving slots cannot evict it.
-                for s in slabs:
+                for i, s in enumerate(slabs):
                     e = apool.get(s)
                     if e is None:
-                        missing.append(s)
+                        missing.append(i)
                     else:
                         apool.pin(e)
-                        held.append(e)
-                engine.stats.slab_hits += len(held)
+                        held[i] = e
+                engine.stats.slab_hits += len(slabs) - len(missing)
                 fresh: list[Slab] = []
-                for s in missing:
+                for i in missing:
+                    s = slabs[i]
                     e = apool.get(s)  # another run may have started loading it meanwhile
                     if e is not None:
                         apool.pin(e)
@@ -139,11 +144,13 @@ class EpochRun:
                             await engine.pool.wait_space()
                         apool.pin(e)
                         fresh.append(e)
-                    held.append(e)
+                    held[i] = e
                 if fresh:
                     engine.load(path, fresh, priority=b)
             self._block_waiter[b] = self._waiter_for(pinned, loop)
-            self._block_ready[b].set_result(None)
+            self._produced = b + 1
+            if self._produced_event is not None and not self._produced_event.done():
+                self._produced_event.set_result(None)
 
     @staticmethod
     def _waiter_for(pinned: dict[str, list[Slab]], loop: asyncio.AbstractEventLoop) -> BlockWaiter | None:
@@ -172,8 +179,10 @@ class EpochRun:
             await self.credits.acquire()
             self._set_emitting(last)
             while ready_upto <= last:
-                await self._block_ready[ready_upto]
-                waiter = self._block_waiter[ready_upto]
+                while self._produced <= ready_upto:
+                    self._produced_event = loop.create_future()
+                    await self._produced_event
+                waiter = self._block_waiter.pop(ready_upto, None)
                 if waiter is not None:
                     await waiter.future
                 ready_upto += 1
@@ -205,15 +214,21 @@ class EpochRun:
         return where
 
     def _release_block(self, b: int) -> None:
-        pinned = self._pinned[b]
+        pinned = self._pinned.pop(b, None)
         if pinned is None:
             return
-        self._pinned[b] = None
         pools = self.engine.pool.arrays
         for path, entries in pinned.items():
-            need = self.plan.needs[b][path]
-            next_of = dict(zip(need.slabs.tolist(), need.next_use.tolist(), strict=True))
-            for e in entries:
-                nu = next_of.get(e.slab, -1)
-                pools[path].unpin(e, nu if nu >= 0 else None)
+            needs = self.plan.arrays[path]
+            apool = pools[path]
+            if needs.next_use is None:  # no slab of this epoch is needed by two blocks
+                for e in entries:
+                    if e is not None:
+                        apool.unpin(e, None)
+                continue
+            lo = int(needs.starts[b])
+            nexts = needs.next_use[lo : lo + len(entries)].tolist()
+            for e, nu in zip(entries, nexts, strict=True):
+                if e is not None:  # None: the producer was cancelled before pinning it
+                    apool.unpin(e, nu if nu >= 0 else None)
         self.engine.pool.notify_space()

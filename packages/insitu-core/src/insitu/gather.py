@@ -77,7 +77,7 @@ class Gatherer:
         for g in self.labels:
             pos = anchors + g.offset
             slab = pos // g.chunk_len
-            slot = pools[g.path].slab_to_slot[slab]
+            slot = pools[g.path].slab_to_slot[slab].astype(np.int64)
             if len(slot) and slot.min() < 0:
                 raise RuntimeError(f"internal error: slab of {g.label!r} not resident at gather time")
             rows[g.label] = slot * g.chunk_len + (pos - slab * g.chunk_len)

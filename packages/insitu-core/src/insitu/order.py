@@ -16,13 +16,47 @@ pass, by one rank, and each split's samples of it are delivered once.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.random
 
 from insitu.errors import ConfigError
 from insitu.splits import SplitManifest, clip_chunks, concat_runs
+
+#: Bumped whenever the order of a given (seed, epoch, split, rank) changes: resume states carry it.
+#: 2: blocks shuffled with one 2-D ``Generator.permuted`` per run of equal-length blocks.
+ORDER_VERSION = 2
+
+
+class Ragged(Sequence[tuple[int, ...]]):
+    """Rows of varying length over one flat array (``values[starts[i]:starts[i + 1]]``), read as
+    tuples: the per-block chunk ids of an epoch, without a Python object per chunk."""
+
+    def __init__(self, values: np.ndarray, starts: np.ndarray) -> None:
+        self.values = values
+        self.starts = starts
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i`` as an array view."""
+        return self.values[self.starts[i] : self.starts[i + 1]]
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, ...]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, ...]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[int, ...] | list[tuple[int, ...]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"row {i} of {n}")
+        return tuple(self.row(i % n).tolist())
 
 
 @dataclass(frozen=True)
@@ -31,28 +65,53 @@ class EpochOrder:
 
     anchors: np.ndarray  # int64, delivery order
     block_starts: np.ndarray  # int64, len = n_blocks + 1; block b is anchors[starts[b]:starts[b+1]]
-    block_chunks: tuple[tuple[int, ...], ...]  # manifest chunk ids per block
+    chunk_ids: np.ndarray  # manifest chunk ids of every block, block after block
+    chunk_starts: np.ndarray  # int64, len = n_blocks + 1: block b holds chunk_ids[starts[b]:starts[b+1]]
     n_valid: int = -1  # anchors before this position are real; after it, padding (-1: all real)
 
     @property
     def n_blocks(self) -> int:
-        return len(self.block_chunks)
+        return len(self.chunk_starts) - 1
+
+    @property
+    def block_chunks(self) -> Ragged:
+        """Manifest chunk ids per block (a sequence of tuples)."""
+        return Ragged(self.chunk_ids, self.chunk_starts)
 
     def block_anchors(self, b: int) -> np.ndarray:
         return self.anchors[self.block_starts[b] : self.block_starts[b + 1]]
+
+
+@dataclass(frozen=True)
+class EpochRuns:
+    """The runs of samples an epoch order was made of: what the planner derives each block's slabs
+    from without touching every sample (:func:`insitu.plan.plan_epoch`).
+
+    Run ``r`` is samples ``[first[r], first[r] + size[r])`` of one manifest chunk; blocks
+    ``[0, regular_blocks)`` hold exactly runs ``starts[b]:starts[b + 1]``. Later blocks (cut
+    short to a rank's sample count, or padding) are known only by their anchors. With
+    ``one_per_chunk``, no two runs are of the same chunk.
+    """
+
+    first: np.ndarray
+    size: np.ndarray
+    starts: np.ndarray
+    regular_blocks: int
+    chunk_len: int
+    one_per_chunk: bool
+    padded: bool  # the last block repeats samples of earlier ones (uneven="pad")
+
+    @classmethod
+    def of_anchors(cls, order: EpochOrder) -> EpochRuns:
+        """Runs of one sample each: for an order made elsewhere (every block is regular)."""
+        ones = np.ones(len(order.anchors), dtype=np.int64)
+        return cls(order.anchors, ones, order.block_starts, order.n_blocks, 1, False, order.n_valid >= 0)
 
 
 def epoch_rng(seed: int, epoch: int, split: str) -> np.random.Generator:
     """The generator for one (seed, epoch, split); PCG64 is platform-independent."""
     salt = zlib.crc32(split.encode())
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), salt]))
-
-
-def split_chunks(manifest: SplitManifest, split: str) -> tuple[int, ...]:
-    """Chunk ids of a split; ``"all"`` is every split's chunks, ascending, each once."""
-    if split == "all" and "all" not in manifest.splits:
-        return tuple(sorted({c for chunks in manifest.splits.values() for c in chunks}))
-    return manifest.chunks(split)
 
 
 def split_runs(
@@ -68,7 +127,7 @@ def split_runs(
     if split == "all" and "all" not in manifest.splits:
         parts = []
         for name in manifest.splits:  # a loop over splits, not chunks
-            chunks = np.asarray(manifest.splits[name], dtype=np.int64)
+            chunks = manifest.chunk_ids(name)
             parts.append((chunks, *_chunk_runs(manifest, chunks, anchor_range, name)))
         if not parts:
             empty = np.zeros(0, dtype=np.int64)
@@ -76,7 +135,7 @@ def split_runs(
         chunks, first, sizes = (np.concatenate([p[k] for p in parts]) for k in range(3))
         order = np.lexsort((first, chunks))
         return chunks[order], first[order], sizes[order]
-    chunks = np.asarray(manifest.chunks(split), dtype=np.int64)
+    chunks = manifest.chunk_ids(split)
     return (chunks, *_chunk_runs(manifest, chunks, anchor_range, split))
 
 
@@ -112,62 +171,183 @@ def epoch_order(
     Arguments are validated where users give them (:mod:`insitu.options`);
     only what depends on the data (more ranks than chunks) is checked here.
     """
-    chunks, first, sizes = split_runs(manifest, split, anchor_range)
-    if len(chunks) == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
-        return EpochOrder(np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), ())
-    keep = sizes > 0
-    chunks, first, sizes = chunks[keep], first[keep], sizes[keep]
-    # The unit of the permutation is a chunk: its entries are adjacent (several only in "all",
-    # where a chunk cut by a coordinate range has one run per split).
-    unit_start = (
-        np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1]))) if len(chunks) else chunks
-    )
-    n_units = len(unit_start)
+    return order_with_runs(
+        manifest,
+        split,
+        anchor_range=anchor_range,
+        epoch=epoch,
+        seed=seed,
+        shuffle=shuffle,
+        block_chunks=block_chunks,
+        rank=rank,
+        world_size=world_size,
+        first_block_chunks=first_block_chunks,
+        uneven=uneven,
+    )[0]
+
+
+def order_with_runs(
+    manifest: SplitManifest,
+    split: str,
+    *,
+    anchor_range: tuple[int, int],
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    block_chunks: int,
+    rank: int = 0,
+    world_size: int = 1,
+    first_block_chunks: int | None = None,
+    uneven: str = "drop",
+) -> tuple[EpochOrder, EpochRuns]:
+    """:func:`epoch_order`, and the runs it was made of (for the planner).
+
+    Whole-array numpy throughout: the cost is a permutation and a few passes
+    over the split's chunks and samples, whatever the number of blocks (ten
+    million one-sample chunks order in well under a second).
+    """
+    c = manifest.chunk_len
+    span = _split_span(manifest, split, anchor_range)
+    chunks = None
+    if not (split == "all" and "all" not in manifest.splits):
+        chunks = manifest.chunk_ids(split)
+        inside = (chunks >= span[0] // c) & (chunks < -(-span[1] // c)) if span[1] > span[0] else chunks < 0
+        if not inside.all():
+            chunks = chunks[inside]
+        if len(chunks) > 1 and not bool((chunks[1:] != chunks[:-1]).all()):
+            chunks = None  # a chunk listed twice in a row: one unit of several entries (general path)
+    if chunks is not None:
+        # One run per chunk, all clipped to one span: runs follow from the chunk ids, so nothing
+        # per chunk is gathered in permuted order but the ids themselves.
+        ids: np.ndarray = chunks
+        n_units = len(ids)
+        if n_units == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
+            return _empty_order()
+        _check_world(world_size, n_units, split)
+        rng = epoch_rng(seed, epoch, split)
+        perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
+        mine = perm[rank::world_size]
+        limit = _rank_limit(lambda: clip_chunks(ids, c, span)[1][perm], n_units, world_size, uneven)
+        bounds = _block_bounds(len(mine), block_chunks, first_block_chunks)
+        chunk_ids = ids[mine]
+        run_first, run_size = clip_chunks(chunk_ids, c, span)
+        run_starts = bounds
+        single = True
+    else:
+        chunks, first, sizes = split_runs(manifest, split, anchor_range)
+        keep = sizes > 0
+        if not keep.all():
+            chunks, first, sizes = chunks[keep], first[keep], sizes[keep]
+        if len(chunks) == 0:
+            return _empty_order()
+        # The unit of the permutation is a chunk: its entries are adjacent (several only in "all",
+        # where a chunk cut by a coordinate range has one run per split).
+        single = bool((chunks[1:] != chunks[:-1]).all())
+        unit_start = np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1])))
+        n_units = len(unit_start)
+        unit_entries = np.diff(np.append(unit_start, len(chunks)))
+        _check_world(world_size, n_units, split)
+        rng = epoch_rng(seed, epoch, split)
+        perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
+        mine = perm[rank::world_size]
+        limit = _rank_limit(lambda: np.add.reduceat(sizes, unit_start)[perm], n_units, world_size, uneven)
+        bounds = _block_bounds(len(mine), block_chunks, first_block_chunks)
+        per_unit = unit_entries[mine]
+        entries = concat_runs(unit_start[mine], per_unit)
+        run_starts = np.concatenate(([0], np.cumsum(per_unit)))[bounds]
+        run_first, run_size = first[entries], sizes[entries]
+        chunk_ids = chunks[unit_start][mine]
+    if c == 1:  # every run is one sample: the runs are the anchors
+        anchors = run_first.copy()
+        block_starts = run_starts.copy()
+    else:
+        anchors = concat_runs(run_first, run_size)
+        block_starts = np.concatenate(([0], np.cumsum(run_size)))[run_starts]
+    if shuffle:
+        _shuffle_within_blocks(anchors, block_starts, rng)
+    chunk_starts = bounds
+    regular = len(bounds) - 1
+    n_valid = -1
+    total = len(anchors)
+    if limit is not None and total > limit:  # uneven="drop": cut at the shortest rank's count
+        n_blocks = int(np.searchsorted(block_starts, limit, side="left"))
+        regular = n_blocks if block_starts[n_blocks] == limit else n_blocks - 1
+        block_starts = block_starts[: n_blocks + 1].copy()
+        block_starts[n_blocks] = limit
+        anchors = anchors[:limit]
+        chunk_starts = bounds[: n_blocks + 1]
+        chunk_ids = chunk_ids[: chunk_starts[-1]]
+    elif limit is not None and total < limit:  # uneven="pad": repeat this rank's own samples
+        pad = anchors[np.arange(limit - total) % total]
+        pad_chunks = sorted_unique(pad // c)
+        n_valid = total
+        anchors = np.concatenate([anchors, pad])
+        block_starts = np.append(block_starts, limit)
+        chunk_ids = np.concatenate([chunk_ids, pad_chunks])
+        chunk_starts = np.append(chunk_starts, len(chunk_ids))
+    order = EpochOrder(anchors, block_starts, chunk_ids, chunk_starts, n_valid)
+    runs = EpochRuns(run_first, run_size, run_starts, regular, c, single, padded=n_valid >= 0)
+    return order, runs
+
+
+def _empty_order() -> tuple[EpochOrder, EpochRuns]:
+    empty = np.zeros(0, dtype=np.int64)
+    zero = np.zeros(1, dtype=np.int64)
+    return EpochOrder(empty, zero, empty, zero), EpochRuns(empty, empty, zero, 0, 1, True, False)
+
+
+def _check_world(world_size: int, n_units: int, split: str) -> None:
     if world_size > n_units:
         raise ConfigError(
             f"world_size={world_size} exceeds the {n_units} chunk(s) with valid samples in split {split!r}"
         )
-    single = n_units == len(chunks)  # one entry per chunk: every split but "all" over shared chunks
-    unit_entries = np.diff(np.append(unit_start, len(chunks)))
-    unit_chunk = chunks if single else chunks[unit_start]
-    unit_size = sizes if single else np.add.reduceat(sizes, unit_start)
 
-    rng = epoch_rng(seed, epoch, split)
-    perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
-    mine = perm[rank::world_size]
-    limit = None
-    if world_size > 1:
-        per_rank = [int(unit_size[perm[r::world_size]].sum()) for r in range(world_size)]
-        limit = min(per_rank) if uneven == "drop" else max(per_rank)
 
-    anchors: list[np.ndarray] = []
-    starts = [0]
-    groups: list[tuple[int, ...]] = []
-    total = 0
-    for b0, b1 in _block_bounds(len(mine), block_chunks, first_block_chunks):
-        idx = mine[b0:b1]
-        entries = idx if single else concat_runs(unit_start[idx], unit_entries[idx])
-        block = concat_runs(first[entries], sizes[entries])
-        if shuffle:
-            block = block[rng.permutation(len(block))]
-        if limit is not None and total + len(block) > limit:
-            block = block[: limit - total]
-        if len(block) == 0:
-            break
-        anchors.append(block)
-        total += len(block)
-        starts.append(total)
-        groups.append(tuple(unit_chunk[idx].tolist()))
-    n_valid = -1
-    if limit is not None and total < limit:  # uneven="pad": repeat this rank's own samples
-        own = np.concatenate(anchors)
-        pad = own[np.arange(limit - total) % len(own)]
-        n_valid = total
-        anchors.append(pad)
-        starts.append(limit)
-        groups.append(tuple(sorted({int(c) for c in pad // manifest.chunk_len})))
-    flat = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.int64)
-    return EpochOrder(flat, np.asarray(starts, dtype=np.int64), tuple(groups), n_valid)
+def _rank_limit(
+    sizes_in_perm_order: Callable[[], np.ndarray], n_units: int, world_size: int, uneven: str
+) -> int | None:
+    """Samples every rank delivers: the shortest rank's count (``drop``) or the longest's (``pad``);
+    None on one rank. Rank r holds positions r, r + world_size, ... of the permutation."""
+    if world_size == 1:
+        return None
+    per_rank = np.bincount(
+        np.arange(n_units) % world_size, weights=sizes_in_perm_order(), minlength=world_size
+    ).astype(np.int64)
+    return int(per_rank.min()) if uneven == "drop" else int(per_rank.max())
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` for 1-D integers: a sort and a compare. (numpy 2.4's ``unique`` took 10 s
+    for ten million values on the reference machine, and imports ``numpy.ma`` on first use.)"""
+    s = np.sort(values)
+    if len(s) < 2:
+        return s
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
+def _shuffle_within_blocks(anchors: np.ndarray, block_starts: np.ndarray, rng: np.random.Generator) -> None:
+    """Shuffle each block's anchors in place, independently: consecutive blocks of one length are
+    one 2-D ``permuted`` call (blocks are equal but for the ramp at the start and the edges)."""
+    lengths = np.diff(block_starts)
+    if len(lengths) == 0:
+        return
+    edges = np.flatnonzero(lengths[1:] != lengths[:-1]) + 1
+    for g0, g1 in zip(
+        np.concatenate(([0], edges)).tolist(), np.append(edges, len(lengths)).tolist(), strict=False
+    ):
+        length = int(lengths[g0])
+        if length < 2:
+            continue
+        rows = anchors[block_starts[g0] : block_starts[g1]].reshape(g1 - g0, length)
+        rng.permuted(rows, axis=1, out=rows)
+
+
+def _split_span(manifest: SplitManifest, split: str | None, anchor_range: tuple[int, int]) -> tuple[int, int]:
+    """The samples ``split`` may deliver: its range (per-split ranges of coordinate splits, else the
+    global ``sample_range``) within ``anchor_range``. For ``"all"`` over several splits, the
+    global range."""
+    lo, hi = manifest.sample_range_of(None if split == "all" and "all" not in manifest.splits else split)
+    return max(lo, anchor_range[0]), min(hi, anchor_range[1])
 
 
 def _chunk_runs(
@@ -179,17 +359,19 @@ def _chunk_runs(
     The chunk is clipped to the split's own sample range when the manifest has per-split
     ranges (coordinate splits), else to the global ``sample_range``.
     """
-    lo, hi = manifest.sample_range_of(split)
-    return clip_chunks(chunks, manifest.chunk_len, (max(lo, anchor_range[0]), min(hi, anchor_range[1])))
+    return clip_chunks(chunks, manifest.chunk_len, _split_span(manifest, split, anchor_range))
 
 
-def _block_bounds(n: int, block_chunks: int, first: int | None) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each block over ``n`` chunks, ramping up from ``first``."""
+def _block_bounds(n: int, block_chunks: int, first: int | None) -> np.ndarray:
+    """Boundaries ``[0, ..., n]`` of the blocks over ``n`` chunks, ramping up from ``first``
+    (doubling each block) to ``block_chunks``."""
     size = block_chunks if first is None else max(1, min(first, block_chunks))
-    out = []
-    start = 0
-    while start < n:
-        out.append((start, min(n, start + size)))
-        start += size
+    ramp = [0]
+    while size < block_chunks and ramp[-1] < n:
+        ramp.append(min(n, ramp[-1] + size))
         size = min(block_chunks, size * 2)
+    rest = np.arange(ramp[-1] + block_chunks, n, block_chunks, dtype=np.int64)
+    out = np.concatenate([np.asarray(ramp, dtype=np.int64), rest])
+    if out[-1] < n:
+        out = np.append(out, n)
     return out

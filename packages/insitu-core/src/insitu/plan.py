@@ -1,20 +1,27 @@
 """Per-epoch read plan: which slabs each block needs, and when each is next needed.
 
 Labels that read the same array (``t2m`` and ``t2m+24``) share its slabs, so a
-chunk needed by the input at t and the target at t+h is decoded once. Work
-here is vectorised numpy over anchors: Python loops run per block and per
-array, never per sample.
+chunk needed by the input at t and the target at t+h is decoded once. The plan
+is whole-array numpy: each array's needs are one flat array of slabs, block
+after block (:class:`ArrayNeeds`), derived from the runs of samples the order
+was made of rather than from every sample. Python loops run per array and per
+offset, never per block or per sample, so planning ten million one-sample
+chunks costs a few passes over ten million integers.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from insitu.geometry import ArrayGeometry
-from insitu.order import EpochOrder
+from insitu.order import EpochOrder, EpochRuns, sorted_unique
+from insitu.splits import concat_runs
+
+__all__ = ["ArrayNeeds", "BlockNeeds", "EpochPlan", "plan_epoch", "sorted_unique"]
 
 
 @dataclass(frozen=True)
@@ -25,12 +32,93 @@ class BlockNeeds:
     next_use: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
+class ArrayNeeds:
+    """The slabs one array's blocks need, block after block: block ``b`` needs
+    ``slabs[starts[b]:starts[b + 1]]`` (each once). ``next_use`` gives the next block needing the
+    same slab (-1: none), ``prev_use`` the previous; both are ``None`` when no slab is needed by
+    two blocks (the common case: one sample window, chunks aligned with the manifest's)."""
+
+    slabs: np.ndarray
+    starts: np.ndarray
+    next_use: np.ndarray | None
+    prev_use: np.ndarray | None
+    _distinct: dict[int, int] = field(default_factory=dict, repr=False)  # max_distinct, by window
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.starts) - 1
+
+    def block(self, b: int) -> BlockNeeds:
+        lo, hi = int(self.starts[b]), int(self.starts[b + 1])
+        nxt = self.next_use[lo:hi] if self.next_use is not None else np.full(hi - lo, -1, dtype=np.int64)
+        return BlockNeeds(self.slabs[lo:hi], nxt)
+
+    def block_ids(self, from_block: int = 0) -> np.ndarray:
+        """The block of every entry from block ``from_block`` on."""
+        counts = np.diff(self.starts[from_block:])
+        return np.repeat(np.arange(from_block, self.n_blocks, dtype=np.int64), counts)
+
+    def max_distinct(self, window: int) -> int:
+        """Most distinct slabs any ``window`` consecutive blocks need together.
+
+        An entry (block ``k``, previous use ``p``) is new to the windows starting at
+        ``max(p + 1, k - window + 1) .. k``; counting with a difference array over window starts
+        gives every window's distinct count in one pass.
+        """
+        found = self._distinct.get(window)
+        if found is None:
+            found = self._distinct[window] = self._count_distinct(window)
+        return found
+
+    def _count_distinct(self, window: int) -> int:
+        n = self.n_blocks
+        if n == 0 or len(self.slabs) == 0:
+            return 0
+        if self.prev_use is None:  # every slab once: a window's count is the sum of its blocks' sizes
+            sizes = np.diff(self.starts)
+            csum = np.concatenate(([0], np.cumsum(sizes)))
+            ends = np.minimum(np.arange(n) + window, n)
+            return int((csum[ends] - csum[:n]).max())
+        blocks = self.block_ids()
+        lo = np.maximum(np.maximum(self.prev_use + 1, blocks - window + 1), 0)
+        diff = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(diff, lo, 1)
+        np.add.at(diff, blocks + 1, -1)
+        return int(np.cumsum(diff[:n]).max())
+
+
+class _BlockNeedsSequence(Sequence[Mapping[str, BlockNeeds]]):
+    """``plan.needs[b][path]``: a per-block view over the flat per-array needs."""
+
+    def __init__(self, arrays: Mapping[str, ArrayNeeds], n_blocks: int) -> None:
+        self._arrays = arrays
+        self._n = n_blocks
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, b: int) -> Mapping[str, BlockNeeds]:  # type: ignore[override]
+        if not -self._n <= b < self._n:
+            raise IndexError(f"block {b} of {self._n}")
+        b %= self._n
+        return {path: needs.block(b) for path, needs in self._arrays.items()}
+
+
+@dataclass(frozen=True, eq=False)
 class EpochPlan:
     order: EpochOrder
     batch_size: int
     n_batches: int
-    needs: tuple[Mapping[str, BlockNeeds], ...]  # per block: {array path: needs}
+    arrays: Mapping[str, ArrayNeeds]  # per array path: every block's slabs
+
+    @property
+    def needs(self) -> Sequence[Mapping[str, BlockNeeds]]:
+        """Per block: ``{array path: BlockNeeds}``."""
+        return _BlockNeedsSequence(self.arrays, self.order.n_blocks)
+
+    def block_needs(self, b: int) -> dict[str, BlockNeeds]:
+        return {path: needs.block(b) for path, needs in self.arrays.items()}
 
     def batch_bounds(self, k: int) -> tuple[int, int]:
         lo = k * self.batch_size
@@ -40,12 +128,12 @@ class EpochPlan:
         """Block holding anchor ``position`` of the epoch order."""
         return int(np.searchsorted(self.order.block_starts, position, side="right") - 1)
 
-    @property
+    @functools.cached_property
     def batch_span(self) -> int:
         """Most blocks any one batch draws from (all must be resident together)."""
         if self.n_batches == 0:
             return 1
-        starts = np.arange(self.n_batches) * self.batch_size
+        starts = np.arange(self.n_batches, dtype=np.int64) * self.batch_size
         ends = np.minimum(starts + self.batch_size, len(self.order.anchors)) - 1
         bs = self.order.block_starts
         first = np.searchsorted(bs, starts, side="right") - 1
@@ -54,26 +142,23 @@ class EpochPlan:
 
     def first_uses(self, path: str, from_block: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Slabs of ``path`` the blocks from ``from_block`` on need, and the first block needing each."""
-        blocks = self.needs[from_block:]
-        if not blocks:
+        needs = self.arrays[path]
+        if from_block >= needs.n_blocks:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        slabs = np.concatenate([blk[path].slabs for blk in blocks])
-        block_ids = np.concatenate(
-            [np.full(len(blk[path].slabs), from_block + i, dtype=np.int64) for i, blk in enumerate(blocks)]
-        )
-        order = np.lexsort((block_ids, slabs))  # by slab, then block: each slab's first use leads
-        slabs, block_ids = slabs[order], block_ids[order]
-        first = np.concatenate(([True], slabs[1:] != slabs[:-1])) if len(slabs) else np.zeros(0, dtype=bool)
-        return slabs[first], block_ids[first]
+        slabs = needs.slabs[needs.starts[from_block] :]
+        blocks = needs.block_ids(from_block)
+        if needs.prev_use is None:
+            return slabs, blocks
+        # Entries run block after block, so a stable sort by slab puts each slab's first use first.
+        order = np.argsort(slabs, kind="stable")
+        slabs, blocks = slabs[order], blocks[order]
+        first = np.concatenate(([True], slabs[1:] != slabs[:-1]))
+        return slabs[first], blocks[first]
 
     def max_slots(self, path: str, window: int) -> int:
         """Most distinct slabs of ``path`` pinned by any ``window`` consecutive blocks."""
-        best = 0
-        for b in range(len(self.needs)):
-            parts = [self.needs[j][path].slabs for j in range(b, min(b + window, len(self.needs)))]
-            best = max(best, len(sorted_unique(np.concatenate(parts))) if parts else 0)
-        return best
+        return self.arrays[path].max_distinct(window)
 
 
 def plan_epoch(
@@ -81,47 +166,84 @@ def plan_epoch(
     labels: Sequence[ArrayGeometry],
     batch_size: int,
     drop_last: bool,
+    runs: EpochRuns | None = None,
 ) -> EpochPlan:
-    """Turn an epoch order into per-block slab needs for every array."""
+    """Turn an epoch order into per-block slab needs for every array.
+
+    ``runs`` (from :func:`insitu.order.order_with_runs`) lets the planner work per run of
+    samples; without it every anchor is a run of its own (same result, more work).
+    """
     by_path: dict[str, list[ArrayGeometry]] = {}
     for g in labels:
         by_path.setdefault(g.path, []).append(g)
     n = len(order.anchors)
     n_batches = n // batch_size if drop_last else -(-n // batch_size)
-    per_block: list[dict[str, np.ndarray]] = []
-    for b in range(order.n_blocks):
-        anchors = order.block_anchors(b)
-        per_block.append(
-            {
-                path: sorted_unique(np.concatenate([(anchors + g.offset) // g.chunk_len for g in geoms]))
-                for path, geoms in by_path.items()
-            }
-        )
-    needs = []
-    next_uses = {path: _next_uses([blk[path] for blk in per_block]) for path in by_path}
-    for b, blk in enumerate(per_block):
-        needs.append({path: BlockNeeds(slabs, next_uses[path][b]) for path, slabs in blk.items()})
-    return EpochPlan(order, batch_size, n_batches, tuple(needs))
+    runs = runs if runs is not None else EpochRuns.of_anchors(order)
+    arrays = {path: _array_needs(order, runs, geoms) for path, geoms in by_path.items()}
+    return EpochPlan(order, batch_size, n_batches, arrays)
 
 
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique`` for 1-D integers, without its first-call import of ``numpy.ma`` (~20 ms)."""
-    s = np.sort(values)
-    if len(s) < 2:
-        return s
-    return s[np.concatenate(([True], s[1:] != s[:-1]))]
-
-
-def _next_uses(blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """For each block's slabs, the index of the next block using the same slab (-1 if none)."""
-    if not blocks:
-        return []
-    slabs = np.concatenate(blocks)
-    block_ids = np.concatenate([np.full(len(s), b, dtype=np.int64) for b, s in enumerate(blocks)])
-    order = np.lexsort((block_ids, slabs))
-    nxt = np.full(len(slabs), -1, dtype=np.int64)
-    same = slabs[order][1:] == slabs[order][:-1]
-    nxt_sorted = np.where(same, block_ids[order][1:], -1)
-    nxt[order[:-1]] = nxt_sorted
-    bounds = np.cumsum([0] + [len(s) for s in blocks])
-    return [nxt[bounds[i] : bounds[i + 1]] for i in range(len(blocks))]
+def _array_needs(order: EpochOrder, runs: EpochRuns, geoms: Sequence[ArrayGeometry]) -> ArrayNeeds:
+    """Every block's slabs of one array (read by ``geoms``, at their offsets), each once a block."""
+    g0 = geoms[0]
+    c = g0.chunk_len
+    offsets = sorted({g.offset for g in geoms})
+    n_blocks = order.n_blocks
+    regular = runs.regular_blocks
+    run_starts = runs.starts[: regular + 1]
+    n_runs = int(run_starts[-1])
+    first, size = runs.first[:n_runs], runs.size[:n_runs]
+    # Per offset: the slabs of the regular blocks' runs, block after block (a run spans
+    # consecutive slabs), and where each block's entries start.
+    per_offset: list[tuple[np.ndarray, np.ndarray]] = []
+    for off in offsets:
+        if off == 0 and c == 1 and runs.chunk_len == 1:
+            # One-sample runs read at their own index: the slabs are the regular blocks' anchors
+            # (shuffled within each block, which is no matter), so no array of their own.
+            per_offset.append((order.anchors[:n_runs], run_starts))
+            continue
+        lo = (first + off) // c
+        if runs.chunk_len == c and off % c == 0:  # a run lies inside one slab
+            per_offset.append((lo, run_starts))
+            continue
+        count = (first + size - 1 + off) // c - lo + 1
+        per_offset.append((concat_runs(lo, count), np.concatenate(([0], np.cumsum(count)))[run_starts]))
+    # Blocks cut short or padding are known by their anchors only.
+    extra = [
+        sorted_unique(np.concatenate([(order.block_anchors(b) + off) // c for off in offsets]))
+        for b in range(regular, n_blocks)
+    ]
+    # Runs of distinct chunks map to disjoint slabs when one offset reads the array and its chunks
+    # nest inside the manifest's: no slab then repeats within a block, nor (without padding)
+    # across blocks, and no sort is needed.
+    disjoint = runs.one_per_chunk and len(offsets) == 1 and runs.chunk_len % c == 0 and offsets[0] % c == 0
+    if disjoint:
+        slabs, starts = per_offset[0]
+        if extra:
+            slabs = np.concatenate([slabs, *extra])
+            starts = np.concatenate([starts, starts[-1] + np.cumsum([len(e) for e in extra])])
+        starts = starts.astype(np.int64, copy=False)
+        if not runs.padded:
+            return ArrayNeeds(slabs, starts, None, None)
+        blocks = np.repeat(np.arange(n_blocks, dtype=np.int64), np.diff(starts))
+    else:
+        # Keys (block, slab) as one integer; the base covers every slab seen, whatever the caller's
+        # anchor range, so two pairs never share a key.
+        n_slabs = max([g0.n_slabs, 1, *(int(s.max()) + 1 for s, _ in per_offset if len(s))])
+        keys = [
+            np.repeat(np.arange(regular, dtype=np.int64), np.diff(entry_starts)) * n_slabs + slabs
+            for slabs, entry_starts in per_offset
+        ]
+        keys += [b * n_slabs + e for b, e in zip(range(regular, n_blocks), extra, strict=True)]
+        unique = sorted_unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+        blocks, slabs = unique // n_slabs, unique % n_slabs
+        starts = np.concatenate(([0], np.cumsum(np.bincount(blocks, minlength=n_blocks)))).astype(np.int64)
+    # Next and previous use of each slab: sort entries by (slab, block).
+    by_slab = np.argsort(slabs * max(n_blocks, 1) + blocks)
+    s_sorted, b_sorted = slabs[by_slab], blocks[by_slab]
+    same = s_sorted[1:] == s_sorted[:-1]
+    next_use = np.full(len(slabs), -1, dtype=np.int64)
+    prev_use = np.full(len(slabs), -1, dtype=np.int64)
+    next_use[by_slab[:-1]] = np.where(same, b_sorted[1:], -1)
+    prev_use[by_slab[1:]] = np.where(same, b_sorted[:-1], -1)
+    return ArrayNeeds(slabs, starts, next_use, prev_use)

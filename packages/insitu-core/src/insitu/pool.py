@@ -115,17 +115,29 @@ class ArrayPool:
         self.spec = spec
         self.n_slots = n_slots
         self.arena = arena
-        self.slab_to_slot = np.full(geom.n_slabs, -1, dtype=np.int64)
+        # int32: 4 bytes a slab of the whole array (40 MB at ten million chunks); slots never near 2**31.
+        self.slab_to_slot = np.full(geom.n_slabs, -1, dtype=np.int32)
         self.bad = np.zeros(geom.n_slabs, dtype=bool)  # slab holds a filled-in bad chunk
         self.entries: dict[int, Slab] = {}
-        self._free = list(range(n_slots - 1, -1, -1))
+        # Slots [_fresh, n_slots) were never handed out; _free holds slots given back since. (A
+        # list of every slot up front costs a Python int per slot: seconds at millions of slots.)
+        self._fresh = 0
+        self._free: list[int] = []
         self._spare: OrderedDict[int, None] = OrderedDict()  # unpinned, no planned use: LRU order
         self._wanted: list[tuple[int, int, int]] = []  # heap of (-next_use, seq, slab)
         self._seq = itertools.count()
 
     @property
     def slots_in_use(self) -> int:
-        return self.n_slots - len(self._free)
+        return self._fresh - len(self._free)
+
+    def _take_free(self) -> int | None:
+        if self._free:
+            return self._free.pop()
+        if self._fresh < self.n_slots:
+            self._fresh += 1
+            return self._fresh - 1
+        return None
 
     @property
     def slot_nbytes(self) -> int:
@@ -165,18 +177,24 @@ class ArrayPool:
         so eviction takes slabs nobody needs first and keeps the ones needed soonest."""
         if not self._spare:
             return
-        wanted = dict(zip(slabs.tolist(), first_use.tolist(), strict=True))
-        for slab in [s for s in self._spare if s in wanted]:
+        # Looked up for the spare slabs only (at most the pool's slots), not a dict of the epoch.
+        spare = np.fromiter(self._spare, dtype=np.int64, count=len(self._spare))
+        first_of = np.full(self.geom.n_slabs, -1, dtype=np.int64)
+        first_of[slabs] = first_use
+        uses = first_of[spare]
+        for slab, use in zip(spare[uses >= 0].tolist(), uses[uses >= 0].tolist(), strict=True):
             entry = self.entries.get(slab)
             if entry is None or entry.pins:
                 continue
             del self._spare[slab]
-            entry.next_use = wanted[slab]
-            heapq.heappush(self._wanted, (-entry.next_use, next(self._seq), slab))
+            entry.next_use = use
+            heapq.heappush(self._wanted, (-use, next(self._seq), slab))
 
     def reserve(self, slab: int) -> Slab | None:
         """Take a slot for ``slab`` (evicting if needed), pinned once; None if all slots are pinned."""
-        slot = self._free.pop() if self._free else self._evict()
+        slot = self._take_free()
+        if slot is None:
+            slot = self._evict()
         if slot is None:
             return None
         entry = Slab(slab, slot, pins=1)
@@ -186,7 +204,9 @@ class ArrayPool:
     def adopt(self, slots: dict[int, int]) -> None:
         """Register slabs already present in their slots (a persisted cache), unpinned."""
         taken = set(slots.values())
-        self._free = [s for s in self._free if s not in taken]
+        top = max(taken, default=-1) + 1
+        self._free = [s for s in [*self._free, *range(self._fresh, top)] if s not in taken]
+        self._fresh = max(self._fresh, top)
         for slab, slot in slots.items():
             entry = Slab(slab, slot, state=READY)
             self.entries[slab] = entry

@@ -15,6 +15,8 @@ each split's half-open sample range in :attr:`SplitManifest.ranges`.
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
 import json
 import math
 import warnings
@@ -26,6 +28,7 @@ import numpy as np
 
 from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry, is_integer
+from insitu.memory import large_temporaries
 from insitu.options import flag, seed_value
 
 DEFAULT_NAMES = ("train", "val", "test")
@@ -50,7 +53,9 @@ class SplitManifest:
     label: str
     n_samples: int
     chunk_len: int
-    splits: Mapping[str, tuple[int, ...]]
+    # Chunk ids per split. Given as any sequence of integers; held as read-only int64 arrays, so
+    # that a manifest of millions of chunks costs 8 bytes a chunk, not a Python int each.
+    splits: Mapping[str, Any]
     sample_range: tuple[int, int]
     seed: int = 0
     contiguous: bool = True
@@ -61,6 +66,9 @@ class SplitManifest:
     coord_ranges: Mapping[str, tuple[str | None, str | None]] | None = None  # bounds as given
 
     def __post_init__(self) -> None:
+        if not isinstance(self.splits, Mapping):
+            raise ConfigError(f"splits must map split names to chunk ids, got {self.splits!r}")
+        object.__setattr__(self, "splits", {str(k): _chunk_ids(k, v) for k, v in self.splits.items()})
         if self.ranges is not None:
             if not isinstance(self.ranges, Mapping) or set(self.ranges) != set(self.splits):
                 raise ConfigError(
@@ -89,14 +97,39 @@ class SplitManifest:
                 bounds[name] = (start, stop)
             object.__setattr__(self, "coord_ranges", bounds)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SplitManifest):
+            return NotImplemented
+        fields = ("label", "n_samples", "chunk_len", "sample_range", "seed", "contiguous", "sample_axis")
+        more = ("sample_dim", "ranges", "coord_dim", "coord_ranges")
+        return (
+            all(getattr(self, f) == getattr(other, f) for f in (*fields, *more))
+            and list(self.splits) == list(other.splits)
+            and all(np.array_equal(self.splits[k], other.splits[k]) for k in self.splits)
+        )
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.splits)
 
     def chunks(self, split: str) -> tuple[int, ...]:
-        """Chunk ids of ``split``."""
+        """Chunk ids of ``split``, as a tuple (see :meth:`chunk_ids` for the array)."""
+        return tuple(self.chunk_ids(split).tolist())
+
+    def chunk_ids(self, split: str) -> np.ndarray:
+        """Chunk ids of ``split``: a read-only int64 array, in the order the manifest holds them
+        (ascending for :func:`split_by_chunk` and :func:`split_by_coord`)."""
         self._check(split)
-        return self.splits[split]
+        return cast(np.ndarray, self.splits[split])
+
+    def check_split(self, split: str) -> None:
+        """Raise ConfigError naming the splits if ``split`` is not one of them."""
+        self._check(split)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short hex digest of :meth:`to_json`, computed once (a resume state carries it)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     def sample_range_of(self, split: str | None = None) -> tuple[int, int]:
         """Half-open range of sample indices ``split`` may hold: its own range when the manifest
@@ -116,7 +149,9 @@ class SplitManifest:
         manifest has per-split ``ranges``, those held by any split.
         """
         if split is None and self.ranges is not None:
-            parts = [self.chunk_samples(chunk, name) for name in self.splits if chunk in self.splits[name]]
+            parts = [
+                self.chunk_samples(chunk, name) for name in self.splits if _holds(self.splits[name], chunk)
+            ]
             return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         lo, hi = self.sample_range_of(split)
         lo = max(chunk * self.chunk_len, lo)
@@ -125,9 +160,27 @@ class SplitManifest:
 
     def samples(self, split: str) -> np.ndarray:
         """All sample indices of ``split``, ascending (its chunks clipped to its range)."""
-        chunks = np.sort(np.asarray(self.chunks(split), dtype=np.int64))
+        chunks = np.sort(self.chunk_ids(split))
         first, sizes = clip_chunks(chunks, self.chunk_len, self.sample_range_of(split))
         return concat_runs(first, sizes)
+
+    def count_samples(self, split: str, within: tuple[int, int] | None = None) -> int:
+        """How many samples ``split`` holds (those in ``within``, half-open, when given), without
+        listing them."""
+        lo, hi = self.sample_range_of(split)
+        if within is not None:
+            lo, hi = max(lo, within[0]), min(hi, within[1])
+        if hi <= lo:
+            return 0
+        ids, c = self.chunk_ids(split), self.chunk_len
+        # Chunks wholly inside [lo, hi) hold c samples each; only the (at most two) chunks holding
+        # lo and hi - 1 can be cut: no per-chunk array is needed.
+        inner_lo, inner_hi = -(-lo // c), hi // c
+        total = c * int(np.count_nonzero((ids >= inner_lo) & (ids < inner_hi))) if inner_hi > inner_lo else 0
+        for k in {lo // c, (hi - 1) // c}:
+            if not inner_lo <= k < inner_hi and _holds(ids, k):
+                total += min((k + 1) * c, hi) - max(k * c, lo)
+        return total
 
     def _check(self, split: str) -> None:
         if split not in self.splits:
@@ -151,7 +204,7 @@ class SplitManifest:
             "contiguous": self.contiguous,
             "sample_axis": self.sample_axis,
             "sample_dim": self.sample_dim,
-            "splits": {k: list(v) for k, v in self.splits.items()},
+            "splits": {k: v.tolist() for k, v in self.splits.items()},
         }
         if extended:
             raw["ranges"] = None if self.ranges is None else {k: list(v) for k, v in self.ranges.items()}
@@ -176,7 +229,7 @@ class SplitManifest:
             label=raw["label"],
             n_samples=int(raw["n_samples"]),
             chunk_len=int(raw["chunk_len"]),
-            splits={k: tuple(int(c) for c in v) for k, v in raw["splits"].items()},
+            splits={k: np.asarray(v, dtype=np.int64) for k, v in raw["splits"].items()},
             sample_range=(int(raw["sample_range"][0]), int(raw["sample_range"][1])),
             seed=int(raw["seed"]),
             contiguous=bool(raw["contiguous"]),
@@ -188,24 +241,53 @@ class SplitManifest:
         )
 
 
+def _chunk_ids(split: Any, ids: Any) -> np.ndarray:
+    """One split's chunk ids as a read-only 1-D int64 array; anything else is refused by name."""
+    arr = np.asarray(ids if not isinstance(ids, range) else np.arange(ids.start, ids.stop, ids.step))
+    if arr.size == 0:
+        arr = np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and int(arr.min()) < 0):
+        raise ConfigError(f"splits[{split!r}] must be non-negative integer chunk ids, got {ids!r}")
+    out = np.array(arr, dtype=np.int64)  # a copy: the caller's array stays theirs, and writeable
+    out.flags.writeable = False
+    return out
+
+
+def _holds(chunks: np.ndarray, chunk: int) -> bool:
+    return bool(len(chunks)) and bool((chunks == chunk).any())
+
+
 def clip_chunks(chunks: np.ndarray, chunk_len: int, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """First sample and number of samples of each chunk within ``span`` (half-open), for all
     chunks at once (a per-chunk loop costs seconds at a million chunks)."""
-    first = np.maximum(chunks * chunk_len, span[0])
-    stop = np.minimum((chunks + 1) * chunk_len, span[1])
-    return first, np.maximum(stop - first, 0)
+    # In place where possible: each full-size temporary costs fresh pages (page faults) at scale.
+    first = chunks * chunk_len
+    stop = first + chunk_len
+    np.maximum(first, span[0], out=first)
+    np.minimum(stop, span[1], out=stop)
+    stop -= first
+    np.maximum(stop, 0, out=stop)
+    return first, stop
 
 
 def concat_runs(first: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(f, f + n)`` for each (f, n), without a Python loop."""
     first = np.asarray(first, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
-    total = int(sizes.sum())
+    if len(sizes) and int(sizes.min()) == int(sizes.max()) == 1:
+        return first.copy()  # runs of one (one sample per chunk): the firsts themselves
     ends = np.cumsum(sizes)
+    total = int(ends[-1]) if len(ends) else 0
     # Position k of the output belongs to run r: value = first[r] + (k - start of run r).
-    return np.repeat(first - (ends - sizes), sizes) + np.arange(total, dtype=np.int64)
+    ends -= sizes
+    ends -= first
+    out = np.repeat(ends, sizes)
+    np.negative(out, out=out)
+    out += np.arange(total, dtype=np.int64)
+    return out
 
 
+@large_temporaries
 def split_by_chunk(
     geom: ArrayGeometry,
     fractions: Sequence[float] = (0.8, 0.1, 0.1),
@@ -246,10 +328,9 @@ def split_by_chunk(
     if not contiguous:
         chunk_ids = np.random.default_rng(seed).permutation(chunk_ids)
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    splits = {
-        name: tuple(int(x) for x in np.sort(chunk_ids[bounds[i] : bounds[i + 1]]))
-        for i, name in enumerate(names)
-    }
+    # Contiguous splits are slices of an ascending range already; dealt ones are sorted.
+    arrange = (lambda ids: ids) if contiguous else np.sort
+    splits = {name: arrange(chunk_ids[bounds[i] : bounds[i + 1]]) for i, name in enumerate(names)}
     return SplitManifest(
         label=geom.label,
         n_samples=n,
@@ -263,6 +344,7 @@ def split_by_chunk(
     )
 
 
+@large_temporaries
 def split_by_coord(
     geom: ArrayGeometry,
     ranges: Mapping[str, tuple[Any, Any]],
@@ -312,7 +394,7 @@ def split_by_coord(
     spans = {name: axis.select(iv) for name, iv in intervals.items()}
     _check_disjoint(list(intervals.values()), spans, axis)
     c = geom.chunk_len
-    splits = {name: tuple(range(lo // c, -(-hi // c))) for name, (lo, hi) in spans.items()}
+    splits = {name: np.arange(lo // c, -(-hi // c), dtype=np.int64) for name, (lo, hi) in spans.items()}
     return SplitManifest(
         label=geom.label,
         n_samples=geom.n_samples,

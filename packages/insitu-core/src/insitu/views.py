@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import queue
 import sys
 import threading
@@ -27,6 +26,7 @@ from insitu.epoch import END, EpochRun
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.loop import in_loop_thread, submit
 from insitu.options import BadChunkPolicy, check_rank
+from insitu.order import ORDER_VERSION
 from insitu.plan import EpochPlan
 from insitu.pool import SlotDemand
 from insitu.progress import Progress, track
@@ -183,7 +183,11 @@ class DatasetView:
             raise ConfigError(f"not an insitu view state (format={fmt!r}, expected {STATE_FORMAT!r})")
         for key, value in self._identity().items():
             if state.get(key) != value:
-                what = "resuming with a different world size is not supported" if key == "world_size" else ""
+                what = {
+                    "world_size": "resuming with a different world size is not supported",
+                    "order": "the state was saved by an insitu version that orders samples differently; "
+                    "finish that epoch with that version, or start the epoch over",
+                }.get(key, "")
                 raise ConfigError(
                     f"state does not match this view: {key}={state.get(key)!r} in the state, "
                     f"{value!r} here{'; ' + what if what else ''}"
@@ -210,7 +214,10 @@ class DatasetView:
             "world_size": self.world_size,
             "uneven": ds.uneven,
             "labels": [g.label for g in ds.labels],
-            "manifest": hashlib.sha256(ds.manifest.to_json().encode()).hexdigest()[:16],
+            "manifest": ds.manifest.digest,
+            # The sample order's version: a state from a version that shuffled differently would
+            # resume at the right batch count in another order (samples repeated or missed).
+            "order": ORDER_VERSION,
         }
 
     def __repr__(self) -> str:

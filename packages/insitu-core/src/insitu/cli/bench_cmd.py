@@ -415,7 +415,7 @@ def bench(args: argparse.Namespace, config: Config, progress: Callable[[str], No
         manifest=manifest,
         local=isinstance(store, LocalStore),
     )
-    n_chunks = len(manifest.chunks("train"))
+    n_chunks = len(manifest.chunk_ids("train"))
     defaults = engine_defaults()
     grid, notes = default_grid(config.grid, defaults, local=target.local, n_chunks=n_chunks)
     points = [dict(zip(AXES, values, strict=True)) for values in itertools.product(*(grid[a] for a in AXES))]
