@@ -442,8 +442,9 @@ class InSituDataset:
                         first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
                     )
                     plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last, runs)
-                if len(self._plans) > 8:
-                    self._plans.clear()
+                # Plans of other epochs are dropped (a running pass keeps its own): at millions of
+                # chunks each is hundreds of MB, and epochs go forward.
+                self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
                 self._plans[key] = plan
         return plan
 

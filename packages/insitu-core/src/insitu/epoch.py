@@ -106,8 +106,9 @@ class EpochRun:
         engine = self.engine
         loop = asyncio.get_running_loop()
         for path, apool in engine.pool.arrays.items():
-            slabs, first = self.plan.first_uses(path, self._first_block)
-            apool.expect(slabs, first)
+            if apool.has_spare:  # cached slabs of an earlier pass: give each its first use in this one
+                slabs, first = self.plan.first_uses(path, self._first_block)
+                apool.expect(slabs, first)
         for b in range(self._first_block, self.plan.order.n_blocks):
             while b > self._emitting + self.readahead:
                 self._advanced = loop.create_future()

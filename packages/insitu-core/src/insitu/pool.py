@@ -128,6 +128,11 @@ class ArrayPool:
         self._seq = itertools.count()
 
     @property
+    def has_spare(self) -> bool:
+        """True when resident slabs wait unpinned with no planned use (a cache for later passes)."""
+        return bool(self._spare)
+
+    @property
     def slots_in_use(self) -> int:
         return self._fresh - len(self._free)
 
