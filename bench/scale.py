@@ -127,7 +127,9 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     ap.add_argument("--world", type=int, nargs="+", default=[1, 1024])
     ap.add_argument("--rank", choices=["first", "last"], default="first", help="which rank to plan")
-    ap.add_argument("--epoch-max", type=int, default=1_000_000, help="run whole epochs up to this many chunks")
+    ap.add_argument(
+        "--epoch-max", type=int, default=1_000_000, help="run whole epochs up to this many chunks"
+    )
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench" / "scale")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--one", nargs=4, metavar=("ROOT", "WORLD", "RANK", "EPOCH"), help=argparse.SUPPRESS)

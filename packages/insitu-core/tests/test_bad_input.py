@@ -47,7 +47,8 @@ def test_bad_fractions(setup, fractions, match) -> None:
         ({"on_bad_chunk": "ignore"}, "on_bad_chunk='ignore'"),
         ({"rank": 2, "world_size": 2}, "rank=2"),
         ({"persist": True}, "needs a cache_dir"),
-        ({"cache_budget_bytes": 10}, "cache_budget_bytes=10"),
+        ({"cache_budget_bytes": -1}, "cache_budget_bytes must be 'auto' or a non-negative integer"),
+        ({"cache_budget_bytes": "lots"}, "got 'lots'"),
     ],
 )
 def test_bad_dataset_arguments(setup, kwargs, match) -> None:

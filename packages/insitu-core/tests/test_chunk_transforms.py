@@ -94,11 +94,17 @@ def _open(root: Path, **kwargs: Any) -> insitu.InSituDataset:
     ],
     ids=["cast-float16", "coarsen-2x"],
 )
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
 def test_transform_that_changes_dtype_or_shape_runs_through_the_engine(
-    grid: tuple[Path, np.ndarray], transform: Any, reference: Any, dtype: Any, shape: tuple[int, ...]
+    grid: tuple[Path, np.ndarray],
+    transform: Any,
+    reference: Any,
+    dtype: Any,
+    shape: tuple[int, ...],
+    budget: Any,
 ) -> None:
     root, data = grid
-    with _open(root, chunk_transforms=[transform]) as ds:
+    with _open(root, chunk_transforms=[transform], cache_budget_bytes=budget) as ds:
         assert ds.train.dtypes == {"x": np.dtype(dtype)}
         assert ds.train.sample_shapes == {"x": shape}
         apool = ds.pool.arrays["x"]
@@ -112,6 +118,7 @@ def test_transform_that_changes_dtype_or_shape_runs_through_the_engine(
             np.testing.assert_array_equal(b["x"], reference(data[b.sample_indices]))
             seen.append(b.sample_indices)
         assert sorted(np.concatenate(seen).tolist()) == list(range(30))
+        assert ds.stats["slabs_streamed" if budget == 0 else "slabs_loaded"] == 8
 
 
 def test_a_float16_pool_holds_twice_the_slabs_of_a_float32_pool(grid: tuple[Path, np.ndarray]) -> None:
@@ -124,7 +131,8 @@ def test_a_float16_pool_holds_twice_the_slabs_of_a_float32_pool(grid: tuple[Path
         assert half.pool.arrays["x"].n_slots == 2 * plain.pool.arrays["x"].n_slots
 
 
-def test_int16_packed_values_decode_to_float32(tmp_path: Path) -> None:
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
+def test_int16_packed_values_decode_to_float32(tmp_path: Path, budget: Any) -> None:
     rng = np.random.default_rng(0)
     packed = rng.integers(-3000, 3000, size=(24, 3, 5), dtype=np.int16)
     packed[3, 1, 1] = packed[17, 0, 4] = -32767
@@ -133,7 +141,11 @@ def test_int16_packed_values_decode_to_float32(tmp_path: Path) -> None:
     store = LocalStore(tmp_path, read_only=True)
     g = insitu.open_geometries(store)
     with insitu.InSituDataset(
-        store, insitu.split_by_chunk(g["t"], (1.0,)), batch_size=4, chunk_transforms={"t": [unpack]}
+        store,
+        insitu.split_by_chunk(g["t"], (1.0,)),
+        batch_size=4,
+        chunk_transforms={"t": [unpack]},
+        cache_budget_bytes=budget,
     ) as ds:
         assert ds.train.dtypes == {"t": np.dtype(np.float32)}
         batches = list(ds.train)
@@ -143,11 +155,15 @@ def test_int16_packed_values_decode_to_float32(tmp_path: Path) -> None:
     assert np.isnan(got).sum() == 2
 
 
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
 def test_an_undeclared_change_is_an_error_naming_the_transform_and_the_array(
-    grid: tuple[Path, np.ndarray],
+    grid: tuple[Path, np.ndarray], budget: Any
 ) -> None:
     root, _ = grid
-    with _open(root, chunk_transforms=[Undeclared()]) as ds, pytest.raises(ConfigError) as err:
+    with (
+        _open(root, chunk_transforms=[Undeclared()], cache_budget_bytes=budget) as ds,
+        pytest.raises(ConfigError) as err,
+    ):
         list(ds.train)
     msg = str(err.value)
     assert "Undeclared" in msg

@@ -1,4 +1,6 @@
-"""Two views iterated at once (zip, or two threads) complete or are refused up front: never a hang."""
+"""Two views iterated at once (zip, or two threads) complete with every sample once, whatever the
+budget: a pass never waits for pool slots (a slab the pool cannot take is streamed), so two passes
+taking turns cannot wait on each other."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from conftest import write_array
 from zarr.storage import LocalStore
 
 import insitu
-from insitu.errors import ConfigError
 
 SLAB_BYTES = 4 * 2 * 2 * 4  # chunk (4, 2, 2) of float32
 HANG_S = 60  # far beyond the milliseconds a pass takes, even on a loaded machine
@@ -62,8 +63,8 @@ def _check(batches: list[insitu.Batch], data: np.ndarray, expected: np.ndarray) 
         np.testing.assert_array_equal(b["v"], data[b.sample_indices])
 
 
-@pytest.mark.parametrize("slabs", range(1, 13))
-def test_zip_train_val_completes_or_is_refused(source: tuple[Path, np.ndarray], slabs: int) -> None:
+@pytest.mark.parametrize("slabs", range(13))
+def test_zip_train_val_completes_at_every_budget(source: tuple[Path, np.ndarray], slabs: int) -> None:
     root, data = source
     with _dataset(root, slabs) as ds:
 
@@ -74,41 +75,25 @@ def test_zip_train_val_completes_or_is_refused(source: tuple[Path, np.ndarray], 
                 val.append(b)
             return train, val
 
-        if slabs < 8:  # each view's 2 current slots + the other's 6 with read-ahead need 8
-            # (one slot cannot even hold the two chunks of one view's first block alone)
-            beside = "" if slabs < 2 else ".*other iteration"
-            with pytest.raises(ConfigError, match=f"cache_budget_bytes={slabs * SLAB_BYTES}{beside}"):
-                _finishes(zipped)
-            return
         train, val = _finishes(zipped)
         _check(train, data, np.arange(32))
         _check(val, data, np.arange(32, 64))
+        assert ds.stats["peak_resident_bytes"] <= slabs * SLAB_BYTES
+        # What the pool could not hold was streamed; each chunk of both splits was decoded once.
+        assert ds.stats["chunks_decoded"] == 16
+        assert ds.stats["slabs_loaded"] == min(slabs, 16)
+        assert ds.stats["slabs_streamed"] == 16 - min(slabs, 16)
 
 
-def test_zip_with_enough_budget_completes(source: tuple[Path, np.ndarray]) -> None:
-    root, data = source
-    with _dataset(root, 12) as ds:
-        pairs = _finishes(lambda: list(zip(ds.train, ds.val, strict=True)))
-    _check([a for a, _ in pairs], data, np.arange(32))
-    _check([b for _, b in pairs], data, np.arange(32, 64))
-
-
-@pytest.mark.parametrize("slabs", [2, 4, 8, 12, 16])
-def test_two_threads_iterating_at_once_complete_or_one_is_refused(
-    source: tuple[Path, np.ndarray], slabs: int
-) -> None:
+@pytest.mark.parametrize("slabs", [0, 2, 4, 8, 12, 16])
+def test_two_threads_iterating_at_once_complete(source: tuple[Path, np.ndarray], slabs: int) -> None:
     root, data = source
     with _dataset(root, slabs) as ds:
         results: dict[str, Any] = {}
         gate = threading.Barrier(2)
 
         def consume(split: str) -> None:
-            try:
-                it = iter(ds.view(split))
-            except ConfigError as exc:
-                results[split] = exc
-                gate.wait()
-                return
+            it = iter(ds.view(split))
             gate.wait()  # both iterators exist before either moves
             results[split] = list(it)
 
@@ -119,19 +104,14 @@ def test_two_threads_iterating_at_once_complete_or_one_is_refused(
             t.join(HANG_S)
         assert not any(t.is_alive() for t in threads), "deadlock between two iterating threads"
         for split, expected in (("train", np.arange(32)), ("val", np.arange(32, 64))):
-            got = results[split]
-            if isinstance(got, ConfigError):
-                assert "other iteration" in str(got)
-            else:
-                _check(got, data, expected)
-        assert not all(isinstance(r, ConfigError) for r in results.values())
+            _check(results[split], data, expected)
 
 
-def test_a_refused_iterator_leaves_the_running_one_intact(source: tuple[Path, np.ndarray]) -> None:
+def test_a_second_iterator_beside_a_running_one_delivers_both(source: tuple[Path, np.ndarray]) -> None:
     root, data = source
     with _dataset(root, 4) as ds:
         train = iter(ds.train)
-        with pytest.raises(ConfigError, match="beside 1 other iteration"):
-            iter(ds.val)
-        _check(list(train), data, np.arange(32))
-        _check(list(ds.val), data, np.arange(32, 64))  # alone now: fits
+        first = next(train)
+        val = list(ds.val)  # a whole pass of another view while train is mid-epoch
+        _check(val, data, np.arange(32, 64))
+        _check([first, *train], data, np.arange(32))

@@ -11,7 +11,6 @@ import pytest
 from conftest import field, write_array
 
 import insitu
-from insitu.errors import ConfigError
 
 
 def _dataset(tmp_path: Path, budget: int, **kw) -> tuple[insitu.InSituDataset, np.ndarray]:
@@ -68,9 +67,45 @@ def test_large_budget_does_not_delay_the_first_batch(tmp_path: Path) -> None:
     assert loaded <= 5 * 2, loaded
 
 
-def test_budget_too_small_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cache_budget_bytes=100"):
-        _dataset(tmp_path, 100)
-    ds, _ = _dataset(tmp_path / "again", 3 * 2048, block_chunks=4)
-    with ds, pytest.raises(ConfigError, match="raise cache_budget_bytes or lower block_chunks"):
-        iter(ds.train)
+@pytest.mark.parametrize("budget", [0, 100, 3 * 2048])
+def test_a_budget_below_what_blocks_need_streams_the_rest(tmp_path: Path, budget: int) -> None:
+    # 0 and 100 bytes hold no slab (2048 bytes each); 3 slabs hold less than one block of 4 chunks.
+    ds, data = _dataset(tmp_path, budget, block_chunks=4)
+    with ds:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            seen = []
+            for b in ds.train:
+                np.testing.assert_array_equal(b["x"], data[b.sample_indices])
+                seen.extend(b.sample_indices.tolist())
+            assert sorted(seen) == list(range(160))
+        slots = budget // 2048
+        assert ds.stats["peak_resident_bytes"] <= budget
+        # The slabs the pool took stay cached for the second epoch; the others are read again.
+        assert ds.stats["slabs_loaded"] == slots
+        assert ds.stats["slab_hits"] == slots
+        assert ds.stats["slabs_streamed"] == 2 * 80 - 2 * slots
+        assert ds.stats["chunks_decoded"] == 2 * 80 - slots
+
+
+def test_the_auto_budget_caches_a_dataset_that_fits(tmp_path: Path) -> None:
+    ds, data = _dataset(tmp_path, "auto")  # 400 KB of slabs: far below a quarter of any machine
+    with ds:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            for b in ds.train:
+                np.testing.assert_array_equal(b["x"], data[b.sample_indices])
+        assert ds.stats["budget_bytes"] == 100 * 2048  # every slab of the array, not more
+        assert ds.stats["reads"] == 80  # the second epoch was served from memory
+        assert ds.stats["slabs_streamed"] == 0
+
+
+def test_the_auto_budget_is_a_quarter_of_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from insitu import budget
+
+    monkeypatch.setattr(budget, "available_memory", lambda: 4 << 20)
+    assert budget.auto_budget({"x": 3 << 20}) == 1 << 20  # the dataset does not fit: a quarter
+    assert budget.auto_budget({"x": 512 << 10}) == 512 << 10  # it fits: all of it
+    assert budget.auto_budget({"x": 3 << 20}, static_bytes=256 << 10) == 768 << 10
+    monkeypatch.setattr(budget, "available_memory", lambda: None)
+    assert budget.auto_budget({"x": 2 << 30}) == budget.FALLBACK_CAP

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 from conftest import field, write_array
 
 import insitu
@@ -65,11 +66,17 @@ def _run_child(root: Path, shuffle: bool, state: dict | None, tmp: Path) -> dict
     return json.loads(out.read_text())
 
 
-def _dataset(root: Path, shuffle: bool) -> insitu.InSituDataset:
+def _dataset(root: Path, shuffle: bool, budget: int | str = "auto") -> insitu.InSituDataset:
     store = insitu.open_store(root)
     manifest = insitu.SplitManifest.from_json((root.parent / "manifest.json").read_text())
     return insitu.InSituDataset(
-        store, manifest, batch_size=BATCH, block_chunks=BLOCK, shuffle=shuffle, seed=11
+        store,
+        manifest,
+        batch_size=BATCH,
+        block_chunks=BLOCK,
+        shuffle=shuffle,
+        seed=11,
+        cache_budget_bytes=budget,
     )
 
 
@@ -94,23 +101,30 @@ def test_resume_in_a_new_process_continues_exactly(root: Path, tmp_path: Path, s
     assert rest["batches"] == full[k:]
 
 
-def test_resume_at_a_block_boundary_and_at_the_end(root: Path) -> None:
-    with _dataset(root, True) as ds:
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
+def test_resume_at_a_block_boundary_and_at_the_end(root: Path, budget: int | str) -> None:
+    source = np.asarray(zarr.open_array(root / "x", mode="r")[...])
+    with _dataset(root, True, budget) as ds:
         ds.set_epoch(3)
         full = [b.sample_indices.tolist() for b in ds.train]
         plan = ds.train.plan()
         boundary = int(plan.order.block_starts[2]) // BATCH  # a batch that starts in block 2
-        for k in (boundary, len(full) - 1, len(full)):
+        inside = boundary + 1  # one that starts inside a block
+        for k in (boundary, inside, len(full) - 1, len(full)):
             state = ds.train.state_dict()
             state["batches_done"] = k
             ds.train.load_state_dict(state)
-            assert [b.sample_indices.tolist() for b in ds.train] == full[k:]
+            rest = list(ds.train)
+            assert [b.sample_indices.tolist() for b in rest] == full[k:]
+            for b in rest:
+                np.testing.assert_array_equal(b["x"], source[b.sample_indices])
         # Without a loaded state, iterating again replays the whole epoch.
         assert [b.sample_indices.tolist() for b in ds.train] == full
 
 
-def test_resume_loads_only_the_remaining_blocks(root: Path) -> None:
-    with _dataset(root, False) as ds:
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
+def test_resume_loads_only_the_remaining_blocks(root: Path, budget: int | str) -> None:
+    with _dataset(root, False, budget) as ds:
         state = ds.train.state_dict()
         state["batches_done"] = 6  # 30 samples done
         ds.train.load_state_dict(state)
@@ -120,7 +134,8 @@ def test_resume_loads_only_the_remaining_blocks(root: Path) -> None:
         batches = list(ds.train)
         assert batches[0].sample_indices[0] == 30
         # Blocks whose samples were all handed out before the stop are never read.
-        assert ds.stats["slabs_loaded"] == len(remaining_chunks) < 12
+        loaded = ds.stats["slabs_loaded"] + ds.stats["slabs_streamed"]
+        assert loaded == len(remaining_chunks) < 12
 
 
 def test_mismatched_state_is_refused(root: Path) -> None:

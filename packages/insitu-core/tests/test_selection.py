@@ -100,8 +100,9 @@ def test_sel_needs_coordinates() -> None:
     assert bare.isel(x=[0, 2]).sample_shape == (2,)
 
 
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
 @pytest.mark.parametrize("decoders", [None, []], ids=["direct", "zarr-pipeline"])
-def test_a_selection_reads_the_same_values_through_either_decode_path(tmp_path, decoders) -> None:  # type: ignore[no-untyped-def]
+def test_a_selection_reads_the_same_values_through_either_decode_path(tmp_path, decoders, budget) -> None:  # type: ignore[no-untyped-def]
     """With no direct decoder, zarr's pipeline reads the selected region (orthogonally)."""
     import zarr
 
@@ -121,7 +122,7 @@ def test_a_selection_reads_the_same_values_through_either_decode_path(tmp_path, 
     chosen = g.isel(latitude=3, longitude=[30, 2, 11])
     manifest = insitu.split_by_chunk(chosen, (1.0,), names=["train"])
     with insitu.InSituDataset(
-        store, manifest, [chosen], batch_size=8, shuffle=False, decoders=decoders
+        store, manifest, [chosen], batch_size=8, shuffle=False, decoders=decoders, cache_budget_bytes=budget
     ) as data:
         batch = next(iter(data.train))
     np.testing.assert_array_equal(batch[chosen.label], values[:, 3][:, [30, 2, 11]])

@@ -2,17 +2,22 @@
 
 Every batch owns its arrays: a user may keep them, hand them to torch with
 ``from_numpy``, or append them to a list. But a fresh multi-megabyte
-allocation per batch is a fresh ``mmap`` whose pages all fault on first
+allocation per batch is a fresh mapping whose pages all fault on first
 write, which costs as much kernel time as the copy itself. So a batch array
 is a plain ndarray over a small *lease* object that exports the memory of a
-pooled ``bytearray``: when the last array (or tensor, or view) using a lease
-is garbage-collected, the lease's finaliser returns the bytearray, still
-mapped and faulted in, to a free list for a later batch of the same size.
+pooled private anonymous mapping: when the last array (or tensor, or view)
+using a lease is garbage-collected, the lease's finaliser returns the
+mapping, still faulted in, to a free list for a later batch of the same size.
+
+A new mapping is not touched when it is made (a ``bytearray`` would be zeroed
+there and then): batches are taken on the event loop as blocks are planned,
+and their pages fault in where they are first written, in the decode threads.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import threading
 from typing import Any
 
@@ -23,11 +28,12 @@ ALIGN = 64  # bytes; what zero-copy hand-off to JAX / TensorFlow on CPU requires
 
 
 class BufferPool:
-    """Free lists of equally sized buffers, at most ``max_free`` kept per size."""
+    """Free lists of equally sized buffers, at most ``max_free`` kept per size (enough for the
+    batches a pass holds in flight: its read-ahead blocks' and the prefetch queue's)."""
 
-    def __init__(self, max_free: int = 8) -> None:
+    def __init__(self, max_free: int = 32) -> None:
         self.max_free = max_free
-        self._free: dict[int, list[bytearray]] = {}
+        self._free: dict[int, list[mmap.mmap]] = {}
         self._lease_types: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -49,17 +55,25 @@ class BufferPool:
             if lease_type is None:
                 lease_type = self._lease_types[nbytes] = _lease_type(nbytes, self)
         if mem is None:
-            mem = bytearray(nbytes + ALIGN)
-        offset = -ctypes.addressof(ctypes.c_char.from_buffer(mem)) % ALIGN
-        lease = lease_type.from_buffer(mem, offset)
+            mem = _mapping(nbytes)
+        # Mappings are page-aligned, which is more than the 64 bytes JAX and TensorFlow need.
+        lease = lease_type.from_buffer(mem)
         lease.mem = mem  # the finaliser hands this back
         return np.frombuffer(lease, dtype=dtype).reshape(shape)
 
-    def give_back(self, mem: bytearray) -> None:
+    def give_back(self, mem: mmap.mmap) -> None:
         with self._lock:
-            free = self._free.setdefault(len(mem) - ALIGN, [])
+            free = self._free.setdefault(len(mem), [])
             if len(free) < self.max_free:
                 free.append(mem)
+        # Beyond the free list, the mapping goes with the lease (unmapped once nothing exports it).
+
+
+def _mapping(nbytes: int) -> mmap.mmap:
+    """A private anonymous mapping (pages zero-filled lazily, on first write)."""
+    if hasattr(mmap, "MAP_PRIVATE"):
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return mmap.mmap(-1, nbytes)  # Windows: anonymous mappings are private already
 
 
 def _lease_type(nbytes: int, pool: BufferPool) -> Any:

@@ -22,6 +22,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from insitu.batch import Batch
+from insitu.budget import auto_budget, dataset_bytes, slots_per_array
 from insitu.discovery import open_geometries
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.fetch import RetryPolicy
@@ -40,7 +41,7 @@ from insitu.options import (
 )
 from insitu.order import order_with_runs
 from insitu.plan import EpochPlan, plan_epoch
-from insitu.pool import ArrayPool, ChunkPool, allocate_arena, check_budget, slots_per_array
+from insitu.pool import ArrayPool, ChunkPool, allocate_arena
 from insitu.splits import SplitManifest
 from insitu.statics import read_statics, static_spec
 from insitu.stats import PassReport, Stats
@@ -77,7 +78,7 @@ class InSituDataset:
         shuffle: bool = True,
         prefetch: int = 2,
         drop_last: bool = False,
-        cache_budget_bytes: int = DEFAULT_CACHE_BUDGET,
+        cache_budget_bytes: int | str = DEFAULT_CACHE_BUDGET,
         cache_dir: str | os.PathLike[str] | None = None,
         persist: bool | str = False,
         on_bad_chunk: str = "raise",
@@ -166,14 +167,19 @@ class InSituDataset:
         self._views: dict[tuple[str, int, int], DatasetView] = {}
         self._plans: dict[tuple[str, int], EpochPlan] = {}
         # Static fields stay resident for the dataset's life: the pool gets what they leave.
-        budget = self.cache_options.budget_bytes - static_bytes
-        if self.statics and budget <= 0:
-            raise ConfigError(
-                f"static field(s) {[g.label for g in self.statics]} take {static_bytes} bytes, the whole "
-                f"cache_budget_bytes={self.cache_options.budget_bytes}; raise the budget or select a region"
-            )
-        block_samples = self.options.block_chunks * manifest.chunk_len
-        slots = slots_per_array(arrays, specs, budget, block_samples, self.labels)
+        need = dataset_bytes(arrays, specs, self.labels, manifest, self.sharding.world_size)
+        given = self.cache_options.budget_bytes
+        if given is None:
+            budget = auto_budget(need, static_bytes)
+        else:
+            budget = max(0, given - static_bytes)
+            if self.statics and 0 < given <= static_bytes:
+                raise ConfigError(
+                    f"static field(s) {[g.label for g in self.statics]} take {static_bytes} bytes, the whole "
+                    f"cache_budget_bytes={given}; raise the budget, select a region, or pass 0 to cache "
+                    "nothing but the static fields"
+                )
+        slots = slots_per_array(arrays, specs, budget, need)
         self._cache = None
         if self.cache_options.cache_dir is not None:
             from insitu.cache import PersistentCache
@@ -510,11 +516,10 @@ class InSituDataset:
 
     # -- iterators (called by ViewIterator) ---------------------------------------------------------
     def register(self, it: ViewIterator) -> None:
-        """Admit a new iterator if its pins fit beside every live one (else ConfigError)."""
+        """Track a new iterator (a closing dataset wakes every one). Any number may run at once:
+        a pass never waits for pool slots, so iterators cannot starve each other."""
         with self._lock:
             self.check_open()
-            live = [o for o in self._iterators if o is not it]
-            check_budget(self.pool, it.demand, [o.demand for o in live], block_chunks=self.block_chunks)
             self._iterators.add(it)
 
     def unregister(self, it: ViewIterator) -> None:

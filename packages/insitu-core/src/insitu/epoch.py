@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from insitu.gather import BatchRows, Gatherer
+from insitu.geometry import ArrayGeometry
 from insitu.loader import Engine
 from insitu.plan import EpochPlan
 from insitu.pool import FAILED, READY, BlockWaiter, Slab
+from insitu.scatter import Destinations
 
 END = object()
 
@@ -61,8 +63,14 @@ class EpochRun:
         n = plan.order.n_blocks
         # Only the blocks between the emitter and the producer's read-ahead are live: per-block
         # state is kept for those, so an epoch of a million blocks costs nothing up front.
-        self._pinned: dict[int, dict[str, list[Slab]]] = {}
+        self._pinned: dict[int, dict[str, list[Slab | None]]] = {}
         self._block_waiter: dict[int, BlockWaiter | None] = {}
+        # Per live block and array: the slabs streamed for it (sorted ids, their entries).
+        self._streams: dict[int, dict[str, tuple[np.ndarray, list[Slab]]]] = {}
+        self._buffers: dict[int, dict[str, np.ndarray]] = {}  # batch index -> arrays being filled
+        self._labels: dict[str, list[ArrayGeometry]] = {}
+        for g in gatherer.labels:
+            self._labels.setdefault(g.path, []).append(g)
         self._produced = 0  # blocks [first block, _produced) are pinned and loading
         self._produced_event: asyncio.Future[None] | None = None
         # Resuming mid-epoch: blocks before the first remaining batch are never loaded.
@@ -113,50 +121,95 @@ class EpochRun:
             while b > self._emitting + self.readahead:
                 self._advanced = loop.create_future()
                 await self._advanced
-            pinned: dict[str, list[Slab]] = {}
-            self._pinned[b] = pinned
-            for path, need in self.plan.block_needs(b).items():
-                apool = engine.pool.arrays[path]
-                slabs = need.slabs.tolist()
-                # In the order of need.slabs, so that releasing pairs each with its next use.
-                held: list[Slab | None] = [None] * len(slabs)
-                pinned[path] = held  # type: ignore[assignment]  # filled below, before anyone reads it
-                missing = []
-                # Pin what is resident (or loading) first, so reserving slots cannot evict it.
-                for i, s in enumerate(slabs):
-                    e = apool.get(s)
-                    if e is None:
-                        missing.append(i)
-                    else:
-                        apool.pin(e)
-                        held[i] = e
-                engine.stats.slab_hits += len(slabs) - len(missing)
-                fresh: list[Slab] = []
-                for i in missing:
-                    s = slabs[i]
-                    e = apool.get(s)  # another run may have started loading it meanwhile
-                    if e is not None:
-                        apool.pin(e)
-                    else:
-                        while (e := apool.reserve(s)) is None:
-                            if fresh:  # let what is reserved start loading while we wait
-                                engine.load(path, fresh, priority=b)
-                                fresh = []
-                            await engine.pool.wait_space()
-                        apool.pin(e)
-                        fresh.append(e)
-                    held[i] = e
-                if fresh:
-                    engine.load(path, fresh, priority=b)
-            self._block_waiter[b] = self._waiter_for(pinned, loop)
+            self._produce_block(b)
             self._produced = b + 1
             if self._produced_event is not None and not self._produced_event.done():
                 self._produced_event.set_result(None)
 
+    def _produce_block(self, b: int) -> None:
+        """Pin (or start loading) every slab block ``b`` needs. A slab goes to the pool when this
+        pass needs it again later (it is then decoded once) or a slot is free (it is then cached
+        for later passes); any other is streamed into the block's batch rows."""
+        engine = self.engine
+        pinned: dict[str, list[Slab | None]] = {}
+        self._pinned[b] = pinned
+        streams: dict[str, tuple[np.ndarray, list[Slab]]] = {}
+        for path, need in self.plan.block_needs(b).items():
+            apool = engine.pool.arrays[path]
+            slabs = need.slabs.tolist()
+            # In the order of need.slabs, so that releasing pairs each with its next use.
+            held: list[Slab | None] = [None] * len(slabs)
+            pinned[path] = held
+            missing = []
+            # Pin what is resident (or loading) first, so reserving slots cannot evict it.
+            for i, s in enumerate(slabs):
+                e = apool.get(s)
+                if e is None:
+                    missing.append(i)
+                else:
+                    apool.pin(e)
+                    held[i] = e
+            engine.stats.slab_hits += len(slabs) - len(missing)
+            if not missing:
+                continue
+            nexts = need.next_use.tolist() if self.plan.arrays[path].next_use is not None else None
+            fresh: list[Slab] = []
+            streamed: list[int] = []
+            for i in missing:
+                s = slabs[i]
+                # Needed again later in this pass: worth evicting for; else only a free slot.
+                e = apool.reserve(s, evict=nexts is not None and nexts[i] >= 0)
+                if e is None:
+                    streamed.append(s)
+                    continue
+                apool.pin(e)
+                fresh.append(e)
+                held[i] = e
+            if fresh:
+                engine.load(path, fresh, priority=b)
+            if streamed:
+                ids = np.asarray(sorted(streamed), dtype=np.int64)
+                dests = self._destinations(b, path, ids)
+                entries = [Slab.streamed(s, d) for s, d in zip(ids.tolist(), dests, strict=True)]
+                streams[path] = (ids, entries)
+                engine.load(path, entries, priority=b)
+        self._streams[b] = streams
+        waiting = [e for es in pinned.values() for e in es if e is not None]
+        waiting += [e for _, es in streams.values() for e in es]
+        self._block_waiter[b] = self._waiter_for(waiting, asyncio.get_running_loop())
+
+    def _destinations(self, b: int, path: str, ids: np.ndarray) -> list[Destinations]:
+        """For each streamed slab ``ids`` of block ``b`` (sorted), the batch rows its rows fill,
+        for every label reading the array; batch buffers are taken here, as blocks are produced."""
+        order, size = self.plan.order, self.plan.batch_size
+        lo = max(int(order.block_starts[b]), self.start_batch * size)  # resuming: earlier rows unread
+        hi = int(order.block_starts[b + 1])
+        anchors = order.anchors[lo:hi]
+        out = [Destinations() for _ in range(len(ids))]
+        for g in self._labels[path]:
+            src = anchors + g.offset
+            slab = src // g.chunk_len
+            at = np.minimum(np.searchsorted(ids, slab), len(ids) - 1)
+            hit = np.flatnonzero(ids[at] == slab)
+            for p, i, r in zip(
+                (hit + lo).tolist(), at[hit].tolist(), (src - slab * g.chunk_len)[hit].tolist(), strict=True
+            ):
+                k, row = divmod(p, size)
+                out[i].add(self._buffers_of(k)[g.label], row, r)
+        return out
+
+    def _buffers_of(self, k: int) -> dict[str, np.ndarray]:
+        """The arrays batch ``k`` is assembled in (taken on first use)."""
+        found = self._buffers.get(k)
+        if found is None:
+            lo, hi = self.plan.batch_bounds(k)
+            found = self._buffers[k] = self.gatherer.empty_batch(hi - lo)
+        return found
+
     @staticmethod
-    def _waiter_for(pinned: dict[str, list[Slab]], loop: asyncio.AbstractEventLoop) -> BlockWaiter | None:
+    def _waiter_for(entries: list[Slab], loop: asyncio.AbstractEventLoop) -> BlockWaiter | None:
         """One waiter for every slab of the block that is not ready yet (None: all ready)."""
-        loading = [e for es in pinned.values() for e in es if e.state != READY]
+        loading = [e for e in entries if e.state != READY]
         if not loading:
             return None
         waiter = BlockWaiter(loop.create_future(), len(loading))
@@ -189,7 +242,12 @@ class EpochRun:
                 ready_upto += 1
             where = self._rows(lo, hi)
             gather = functools.partial(
-                self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k
+                self.gatherer.gather,
+                where,
+                split=self.split,
+                epoch=self.epoch,
+                index=k,
+                buffers=self._buffers.pop(k, None),
             )
             batch = await loop.run_in_executor(self.gatherer.executor, gather)
             self.engine.stats.batches += 1
@@ -206,15 +264,39 @@ class EpochRun:
             self._advanced.set_result(None)
 
     def _rows(self, lo: int, hi: int) -> BatchRows:
-        """Arena rows of anchors ``[lo, hi)``, computed on the loop while their slots are pinned."""
-        anchors = self.plan.order.anchors[lo:hi]
-        n_valid = self.plan.order.n_valid
+        """Arena rows of anchors ``[lo, hi)``, computed on the loop while their slots are pinned;
+        rows of streamed slabs are in the batch's buffers already."""
+        plan = self.plan
+        anchors = plan.order.anchors[lo:hi]
+        n_valid = plan.order.n_valid
         valid = np.arange(lo, hi) < n_valid if n_valid >= 0 else None
-        where = self.gatherer.rows(anchors, valid, skip_bad=self.skip_bad)
+        streamed: dict[str, np.ndarray] = {}
+        bad: dict[str, np.ndarray] = {}
+        bs = plan.order.block_starts
+        for b in range(plan.block_of(lo), plan.block_of(hi - 1) + 1):
+            streams = self._streams.get(b)
+            if not streams:
+                continue
+            p0, p1 = max(lo, int(bs[b])), min(hi, int(bs[b + 1]))
+            for path, (ids, entries) in streams.items():
+                for g in self._labels[path]:
+                    slab = (anchors[p0 - lo : p1 - lo] + g.offset) // g.chunk_len
+                    at = np.minimum(np.searchsorted(ids, slab), len(ids) - 1)
+                    hit = ids[at] == slab
+                    mask = streamed.setdefault(g.label, np.zeros(hi - lo, dtype=bool))
+                    mask[p0 - lo : p1 - lo] |= hit
+                    if any(e.bad for e in entries):
+                        flags = np.array([e.bad for e in entries])
+                        marks = bad.setdefault(g.label, np.zeros(hi - lo, dtype=bool))
+                        marks[p0 - lo : p1 - lo] |= hit & flags[at]
+        where = self.gatherer.rows(
+            anchors, valid, skip_bad=self.skip_bad, streamed=streamed, streamed_bad=bad
+        )
         self.engine.stats.skipped_samples += where.skipped
         return where
 
     def _release_block(self, b: int) -> None:
+        self._streams.pop(b, None)
         pinned = self._pinned.pop(b, None)
         if pinned is None:
             return
@@ -232,4 +314,3 @@ class EpochRun:
             for e, nu in zip(entries, nexts, strict=True):
                 if e is not None:  # None: the producer was cancelled before pinning it
                     apool.unpin(e, nu if nu >= 0 else None)
-        self.engine.pool.notify_space()

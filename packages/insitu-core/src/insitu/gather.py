@@ -22,17 +22,26 @@ BatchTransform = Callable[[Batch], Batch]
 
 
 class BatchRows:
-    """Where the rows of one batch live: anchors, arena row per label, and the padding mask."""
+    """Where the rows of one batch live: anchors, and per label the arena rows of the rows taken
+    from the pool (``pool_at``: their positions, None for all rows); ``keep`` drops rows of bad
+    chunks (``on_bad_chunk="skip"``); ``valid`` is the padding mask."""
 
-    __slots__ = ("anchors", "rows", "skipped", "valid")
+    __slots__ = ("anchors", "keep", "pool_at", "rows", "skipped", "valid")
 
     def __init__(
-        self, anchors: np.ndarray, rows: dict[str, np.ndarray], valid: np.ndarray | None, skipped: int
+        self,
+        anchors: np.ndarray,
+        rows: dict[str, np.ndarray],
+        pool_at: dict[str, np.ndarray | None],
+        valid: np.ndarray | None,
+        keep: np.ndarray | None,
     ) -> None:
         self.anchors = anchors
         self.rows = rows
+        self.pool_at = pool_at
         self.valid = valid
-        self.skipped = skipped
+        self.keep = keep
+        self.skipped = 0 if keep is None else int((~keep).sum())
 
 
 class Gatherer:
@@ -59,54 +68,101 @@ class Gatherer:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="insitu-gather")
         self.specs = {g.label: pool.arrays[g.path].spec for g in self.labels}
 
-    def rows(self, anchors: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool) -> BatchRows:
-        """Arena row of every (anchor, label); with ``skip_bad``, anchors touching a bad slab are dropped.
+    def empty_batch(self, n: int) -> dict[str, np.ndarray]:
+        """Recycled arrays for a batch of ``n`` rows, one per label (streamed slabs fill them)."""
+        return {
+            label: self.buffers.empty((n, *spec.sample_shape), spec.dtype)
+            for label, spec in self.specs.items()
+        }
 
-        Call on the loop thread while every slab involved is pinned."""
+    def rows(
+        self,
+        anchors: np.ndarray,
+        valid: np.ndarray | None,
+        *,
+        skip_bad: bool,
+        streamed: Mapping[str, np.ndarray] | None = None,
+        streamed_bad: Mapping[str, np.ndarray] | None = None,
+    ) -> BatchRows:
+        """Arena row of every (anchor, label) read from the pool; ``streamed[label]`` marks rows
+        already in the batch's buffers (``streamed_bad``: those of bad streamed chunks). With
+        ``skip_bad``, anchors touching a bad chunk are dropped.
+
+        Call on the loop thread while every pooled slab involved is pinned."""
         pools = self.pool.arrays
-        skipped = 0
-        if skip_bad:
-            keep = np.ones(len(anchors), dtype=bool)
-            for g in self.labels:
-                keep &= ~pools[g.path].bad[(anchors + g.offset) // g.chunk_len]
-            if not keep.all():
-                skipped = int((~keep).sum())
-                anchors = anchors[keep]
-                valid = valid[keep] if valid is not None else None
+        streamed = streamed or {}
+        streamed_bad = streamed_bad or {}
+        keep: np.ndarray | None = None
         rows: dict[str, np.ndarray] = {}
+        pool_at: dict[str, np.ndarray | None] = {}
         for g in self.labels:
             pos = anchors + g.offset
             slab = pos // g.chunk_len
-            slot = pools[g.path].slab_to_slot[slab].astype(np.int64)
+            mask = streamed.get(g.label)
+            at = None if mask is None else np.flatnonzero(~mask)
+            pos_p, slab_p = (pos, slab) if at is None else (pos[at], slab[at])
+            slot = pools[g.path].slab_to_slot[slab_p].astype(np.int64)
             if len(slot) and slot.min() < 0:
                 raise RuntimeError(f"internal error: slab of {g.label!r} not resident at gather time")
-            rows[g.label] = slot * g.chunk_len + (pos - slab * g.chunk_len)
-        return BatchRows(anchors, rows, valid, skipped)
+            rows[g.label] = slot * g.chunk_len + (pos_p - slab_p * g.chunk_len)
+            pool_at[g.label] = at
+            if skip_bad:
+                bad = np.zeros(len(anchors), dtype=bool)
+                bad_pool = pools[g.path].bad[slab_p]
+                if at is None:
+                    bad |= bad_pool
+                else:
+                    bad[at] = bad_pool
+                if g.label in streamed_bad:
+                    bad |= streamed_bad[g.label]
+                if bad.any():
+                    keep = ~bad if keep is None else keep & ~bad
+        if keep is not None and keep.all():
+            keep = None
+        return BatchRows(anchors, rows, pool_at, valid, keep)
 
-    def gather(self, where: BatchRows, *, split: str, epoch: int, index: int) -> Batch:
-        """The batch at ``where`` (runs on the gather thread), batch transforms applied."""
+    def gather(
+        self,
+        where: BatchRows,
+        *,
+        split: str,
+        epoch: int,
+        index: int,
+        buffers: Mapping[str, np.ndarray] | None = None,
+    ) -> Batch:
+        """The batch at ``where`` (runs on the gather thread), batch transforms applied. ``buffers``:
+        the batch's arrays with its streamed rows already in place (else new ones are taken)."""
         data = {}
         reads = {}
         pools = self.pool.arrays
         n = len(where.anchors)
+        anchors, valid, keep = where.anchors, where.valid, where.keep
         for g in self.labels:
             spec = self.specs[g.label]
-            out = self.buffers.empty((n, *spec.sample_shape), spec.dtype)
-            np.take(
-                pools[g.path].arena, where.rows[g.label], axis=0, out=out, mode="clip"
-            )  # 'clip': no extra buffer
-            data[g.label] = out
-            reads[g.label] = where.anchors + g.offset
+            out = buffers[g.label] if buffers is not None else None
+            if out is None:
+                out = self.buffers.empty((n, *spec.sample_shape), spec.dtype)
+            at, arena = where.pool_at[g.label], pools[g.path].arena
+            if at is None:  # every row from the pool: one take, no extra buffer ('clip')
+                np.take(arena, where.rows[g.label], axis=0, out=out, mode="clip")
+            elif len(at):
+                out[at] = np.take(arena, where.rows[g.label], axis=0)
+            data[g.label] = out if keep is None else out[keep]
+        if keep is not None:
+            anchors = anchors[keep]
+            valid = valid[keep] if valid is not None else None
+        for g in self.labels:
+            reads[g.label] = anchors + g.offset
         for label, value in self.statics.items():
             data[label] = value.copy()  # resident once; each batch gets its own, free to modify
         batch = Batch(
             data,
-            where.anchors.copy(),
+            anchors.copy(),
             reads,
             split,
             epoch,
             index,
-            where.valid,
+            valid,
             sample_dim=self.sample_dim,
             sample_coord=self.sample_coord,
         )

@@ -23,6 +23,7 @@ import numpy as np
 from insitu.fetch import ChunkFetcher
 from insitu.layout import ArrayReader, Read
 from insitu.memory import populate_for_write
+from insitu.scatter import ScratchBuffers
 
 
 class Job:
@@ -37,12 +38,13 @@ class Job:
 
 class ReadItem:
     """One read of a decode job: the bytes (or None to read locally), the slab of
-    each piece, and the slot region each piece is decoded into."""
+    each piece, and the slot region each piece is decoded into (None: the slab is
+    streamed, see :mod:`insitu.scatter`)."""
 
     __slots__ = ("raw", "read", "source", "targets", "views")
 
     def __init__(
-        self, read: Read, targets: Sequence[Any], views: Sequence[np.ndarray], raw: Any = None
+        self, read: Read, targets: Sequence[Any], views: Sequence[np.ndarray | None], raw: Any = None
     ) -> None:
         self.read = read
         self.targets = targets
@@ -68,6 +70,7 @@ class DecodeJob(Job):
     local: ChunkFetcher | None = None  # read the bytes here, in the worker
     fill_on_error: Any = None  # value written over a piece that fails, or None to leave it
     track_sources: bool = False  # set each item's ``source`` (a persisted cache checks it on reuse)
+    scratch: ScratchBuffers | None = None  # where streamed slabs decode (views of None)
 
     def run(self) -> list[tuple[int, list[BaseException | None], bool]]:
         return [self._run_item(item) for item in self.items]
@@ -80,38 +83,71 @@ class DecodeJob(Job):
             try:
                 raw = self.local.read_file(read.key, read.byte_range, reuse=True, versions=versions)
             except OSError as exc:
-                return 0, [self._fill(item, i, exc) for i in range(len(item.views))], False
+                return 0, [self._fill_piece(item, i, exc) for i in range(len(item.views))], False
             if versions:
                 item.source = "absent" if versions[0] is None else f"v:{versions[0]}"
         elif self.track_sources and item.source is None:
             item.source = "absent" if raw is None else f"crc:{zlib.crc32(raw)}"
         if raw is None:  # absent object: every piece is the fill value
-            for piece, view in zip(read.pieces, item.views, strict=True):
+            for i, piece in enumerate(read.pieces):
+                view, copy = self._view(item, i)
                 self.reader.fill(piece.coords, self.reader.geom.fill_value, view)
+                self._scatter(item, i, view, copy)
             return 0, [None] * len(item.views), True
         if len(read.pieces) == 1 and read.pieces[0].length is None:  # the common whole-chunk case
-            view = item.views[0]
-            if view.flags.c_contiguous:
-                populate_for_write(view)
+            view, copy = self._view(item, 0)
+            if item.views[0] is not None and view.flags.c_contiguous:
+                populate_for_write(view)  # fresh pool memory (streamed slabs decode into warm memory)
             try:
-                self.reader.place(read.pieces[0].coords, raw, item.views[0])
-                return len(raw), [None], False
+                self.reader.place(read.pieces[0].coords, raw, view)
+                error = None
             except Exception as exc:
-                return len(raw), [self._fill(item, 0, exc)], False
+                error = self._fill(item, 0, exc, view)
+            self._scatter(item, 0, view, copy)
+            return len(raw), [error], False
         errors: list[BaseException | None] = []
         mv = memoryview(raw)
-        for i, (piece, view) in enumerate(zip(read.pieces, item.views, strict=True)):
+        for i, piece in enumerate(read.pieces):
             end = None if piece.length is None else piece.start + piece.length
+            view, copy = self._view(item, i)
             try:
                 self.reader.place(piece.coords, mv[piece.start : end], view)
                 errors.append(None)
             except Exception as exc:
-                errors.append(self._fill(item, i, exc))
+                errors.append(self._fill(item, i, exc, view))
+            self._scatter(item, i, view, copy)
         return len(raw), errors, False
 
-    def _fill(self, item: ReadItem, i: int, exc: BaseException) -> BaseException:
+    def _view(self, item: ReadItem, i: int) -> tuple[np.ndarray, bool]:
+        """Where piece ``i`` decodes: its slot region, or for a streamed slab the one batch row it
+        is (when it is exactly that), else this thread's scratch; and whether its rows must then
+        be copied to their batch rows."""
+        view = item.views[i]
+        if view is not None:
+            return view, False
+        dests = item.targets[i].dests
+        geom = self.reader.geom
+        direct = dests.direct(geom.slab_shape, geom.dtype)
+        if direct is not None:
+            return direct, False
+        assert self.scratch is not None
+        return self.scratch.get(geom.slab_shape, geom.dtype), True
+
+    @staticmethod
+    def _scatter(item: ReadItem, i: int, view: np.ndarray, copy: bool) -> None:
+        """A streamed slab's rows go to its batch rows at once, while they are in cache."""
+        if copy:
+            item.targets[i].dests.scatter(view)
+
+    def _fill_piece(self, item: ReadItem, i: int, exc: BaseException) -> BaseException:
+        view, copy = self._view(item, i)
+        error = self._fill(item, i, exc, view)
+        self._scatter(item, i, view, copy)
+        return error
+
+    def _fill(self, item: ReadItem, i: int, exc: BaseException, view: np.ndarray) -> BaseException:
         if self.fill_on_error is not None:
-            self.reader.fill(item.read.pieces[i].coords, self.fill_on_error, item.views[i])
+            self.reader.fill(item.read.pieces[i].coords, self.fill_on_error, view)
         return exc
 
     def complete(self, result: Any) -> None:

@@ -33,6 +33,7 @@ from insitu.jobs import CallJob, DecodeJob, DecodePump, ReadItem
 from insitu.layout import ArrayReader, Piece, Read
 from insitu.options import BadChunkPolicy
 from insitu.pool import ArrayPool, ChunkPool, Slab
+from insitu.scatter import ScratchBuffers
 from insitu.transforms import ChunkTransform, chain_runner, source_spec
 from insitu.zarr_reads import SLAB_SOURCES, FetchingStore
 
@@ -44,7 +45,8 @@ class EngineStats:
     reads: int = 0  # GETs issued (whole chunks, byte ranges and shard indexes)
     bytes_read: int = 0
     chunks_decoded: int = 0
-    slabs_loaded: int = 0
+    slabs_loaded: int = 0  # decoded into the pool
+    slabs_streamed: int = 0  # decoded outside the pool, straight into batch rows (not cached)
     slab_hits: int = 0  # slab uses served by the pool without a load
     missing_chunks: int = 0  # absent from the store: fill value
     bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
@@ -88,6 +90,7 @@ class Engine:
         self.fetcher = ChunkFetcher(store, retry)
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
         self.pump = DecodePump(loop, decode_threads)
+        self.scratch = ScratchBuffers()  # per decode thread: where streamed slabs decode
         self.inflight = asyncio.Semaphore(max_inflight)
         self.on_bad_chunk = on_bad_chunk
         self.stats = EngineStats()
@@ -162,19 +165,26 @@ class ArrayLoader:
         # Transforms that change shape or dtype: chunks decode into a scratch slab, and the
         # transformed slab is written to the (differently sized) slot.
         self.uses_scratch = apool.spec != source_spec(self.geom)
+        # A streamed slab of one chunk with no transform is decoded and scattered by one decode
+        # job, into that thread's scratch; any other streamed slab decodes into a scratch slab of
+        # its own and is transformed and scattered once every chunk of it is in.
+        self.streams_in_job = reader is not None and reader.chunks_per_slab == 1 and self.transform is None
         self._shard_index: dict[tuple[int, ...], asyncio.Future[np.ndarray | None]] = {}
         self._zarr_array: Any = None
 
-    def target(self, entry: Slab) -> np.ndarray:
-        """Where the chunks of a loading slab decode."""
-        return entry.scratch if entry.scratch is not None else self.apool.view(entry.slot)
+    def target(self, entry: Slab) -> np.ndarray | None:
+        """Where the chunks of a loading slab decode (None: the decode job chooses, see
+        :class:`insitu.jobs.DecodeJob`)."""
+        if entry.scratch is not None:
+            return entry.scratch
+        return None if entry.is_streamed else self.apool.view(entry.slot)
 
     def load(self, entries: Sequence[Slab], priority: int) -> None:
         if self.engine.track_sources:
             for e in entries:
-                e.sources = []
-        if self.uses_scratch:
-            for e in entries:
+                e.sources = [] if not e.is_streamed else None
+        for e in entries:
+            if self.uses_scratch or (e.is_streamed and not self.streams_in_job):
                 e.scratch = np.empty(self.geom.slab_shape, self.geom.dtype)
         reader = self.reader
         if reader is None:
@@ -218,6 +228,7 @@ class ArrayLoader:
             local=self.fetcher if local else None,
             fill_on_error=self._error_fill(),
             track_sources=self.engine.track_sources,
+            scratch=self.engine.scratch,
         )
 
     async def _fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
@@ -321,6 +332,7 @@ class ArrayLoader:
         finally:
             SLAB_SOURCES.reset(token)
         view = self.target(entry)
+        assert view is not None  # zarr-read slabs decode into their slot or a scratch slab
 
         def place() -> None:
             view[: hi - lo] = np.moveaxis(np.asarray(data), axis, 0)
@@ -358,7 +370,10 @@ class ArrayLoader:
         fill = self._error_fill()
         for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
             if fill is not None and self.reader is not None:
-                self.reader.fill(piece.coords, fill, view)
+                if view is not None:
+                    self.reader.fill(piece.coords, fill, view)
+                elif entry.dests is not None:  # streamed in the job: its batch rows take the fill
+                    entry.dests.fill(fill)
             self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)), "read")
 
     def _piece_done(self, entry: Slab, error: BadChunkError | None, kind: str = "") -> None:
@@ -373,16 +388,33 @@ class ArrayLoader:
                 entry.bad = True
         entry.pending -= 1
         if entry.pending == 0:
-            if entry.error is None and self.transform is not None:
+            if entry.is_streamed and entry.scratch is not None and entry.error is None:
+                self._scatter_streamed(entry)
+            elif entry.error is None and self.transform is not None:
                 self._transform(entry)
             else:
                 self._finish_slab(entry, entry.error)
+
+    def _scatter_streamed(self, entry: Slab) -> None:
+        """A streamed slab placed in a scratch slab of its own: transform it, then copy its rows to
+        their batch rows, in a worker."""
+        assert entry.scratch is not None
+        assert entry.dests is not None
+        src = entry.scratch[: self.apool.rows(entry.slab)]
+        dests, transform = entry.dests, self.transform
+
+        def run() -> None:
+            dests.scatter(transform(src) if transform is not None else src)
+
+        self.engine.pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
 
     def _transform(self, entry: Slab) -> None:
         """Run the chunk transforms on the placed slab in a worker, then finish it."""
         assert self.transform is not None
         rows = self.apool.rows(entry.slab)
-        src = self.target(entry)[:rows]
+        placed = self.target(entry)
+        assert placed is not None  # a pooled slab: its slot or its scratch slab
+        src = placed[:rows]
         dst = self.apool.view(entry.slot)[:rows]
         transform = self.transform
 
@@ -395,6 +427,11 @@ class ArrayLoader:
 
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
+        if entry.is_streamed:  # never in the pool: nothing to mark or unpin
+            if error is None:
+                self.stats.slabs_streamed += 1
+            entry.finish(error)
+            return
         apool = self.apool
         if error is not None:
             apool.discard(entry)
@@ -405,7 +442,6 @@ class ArrayLoader:
                 apool.bad[entry.slab] = True
         entry.finish(error)
         apool.unpin(entry, None)  # the load pin
-        self.engine.pool.notify_space()
 
     def _error_fill(self) -> Any:
         if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:

@@ -18,7 +18,9 @@ import numpy as np
 
 from insitu.errors import ConfigError
 
-DEFAULT_CACHE_BUDGET = 1 << 30  # 1 GiB: residency for a few blocks plus a useful cache
+#: The default ``cache_budget_bytes``: the whole dataset when it fits in a quarter of the memory
+#: available, else that quarter (see :func:`insitu.budget.auto_budget`).
+DEFAULT_CACHE_BUDGET = "auto"
 
 
 class BadChunkPolicy(enum.Enum):
@@ -56,9 +58,10 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """The decoded-chunk pool's byte budget and its optional disk tier."""
+    """The decoded-chunk pool's byte budget (``None``: "auto", sized when the dataset is known)
+    and its optional disk tier."""
 
-    budget_bytes: int
+    budget_bytes: int | None
     cache_dir: Path | None
     persist: bool
     rebuild: bool
@@ -107,7 +110,9 @@ def cache_options(*, budget_bytes: Any, cache_dir: Any, persist: Any) -> CacheOp
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise ConfigError(f"cache_dir must be a path, got {type(cache_dir).__name__}: {cache_dir!r}")
     return CacheOptions(
-        budget_bytes=positive_int("cache_budget_bytes", budget_bytes),
+        budget_bytes=None
+        if isinstance(budget_bytes, str) and budget_bytes == "auto"
+        else _budget(budget_bytes),
         cache_dir=None if cache_dir is None else Path(cache_dir),
         persist=bool(persist),
         rebuild=persist == "rebuild",
@@ -119,6 +124,16 @@ def shard_options(*, rank: Any, world_size: Any, uneven: Any) -> ShardOptions:
     if uneven not in ("drop", "pad"):
         raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
     return ShardOptions(rank=int(rank), world_size=int(world_size), uneven=uneven)
+
+
+def _budget(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(
+            f"cache_budget_bytes must be 'auto' or a non-negative integer (0: cache nothing), got {value!r}"
+        )
+    if value > _MAX_INT:
+        raise ConfigError(f"cache_budget_bytes={value!r} is too large (at most 2**62)")
+    return int(value)
 
 
 # -- single-value checks, shared with the views and the order --------------------------------------

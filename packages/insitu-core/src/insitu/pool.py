@@ -23,13 +23,11 @@ import heapq
 import itertools
 import mmap
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry
+from insitu.scatter import Destinations
 from insitu.transforms import SlabSpec
 
 LOADING, READY, FAILED = 0, 1, 2
@@ -66,6 +64,7 @@ class Slab:
 
     __slots__ = (
         "bad",
+        "dests",
         "error",
         "next_use",
         "pending",
@@ -94,6 +93,19 @@ class Slab:
         # tracks them: how it tells on reuse whether the stored bytes changed since.
         self.sources: list[tuple[str, tuple[int, int] | None, str]] | None = None
         self.waiters: list[BlockWaiter] = []
+        # Streamed (not pooled): the batch rows this slab's decoded rows are copied to; slot is -1.
+        self.dests: Destinations | None = None
+
+    @classmethod
+    def streamed(cls, slab: int, dests: Destinations) -> Slab:
+        """A slab decoded outside the pool, straight into the batch rows ``dests``."""
+        entry = cls(slab, -1)
+        entry.dests = dests
+        return entry
+
+    @property
+    def is_streamed(self) -> bool:
+        return self.dests is not None
 
     def finish(self, error: BaseException | None) -> None:
         """Mark the load done (or failed) and tell every waiting block."""
@@ -195,10 +207,11 @@ class ArrayPool:
             entry.next_use = use
             heapq.heappush(self._wanted, (-use, next(self._seq), slab))
 
-    def reserve(self, slab: int) -> Slab | None:
-        """Take a slot for ``slab`` (evicting if needed), pinned once; None if all slots are pinned."""
+    def reserve(self, slab: int, *, evict: bool = True) -> Slab | None:
+        """Take a slot for ``slab``, pinned once: a free one, else (with ``evict``) one whose slab is
+        not needed soonest; None if there is none."""
         slot = self._take_free()
-        if slot is None:
+        if slot is None and evict:
             slot = self._evict()
         if slot is None:
             return None
@@ -276,15 +289,14 @@ def allocate_arena(geom: ArrayGeometry, n_slots: int, spec: SlabSpec | None = No
 class ChunkPool:
     """Per-array slot pools under one byte budget, shared by every view of a dataset.
 
-    Also where producers wait for space: a load that finds every slot pinned
-    waits (on the loop) until a release or a finished load frees one.
+    A pass never waits for a slot: a slab the pool cannot take is streamed
+    (:mod:`insitu.scatter`).
     """
 
     def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int) -> None:
         self.arrays = arrays
         self.budget_bytes = budget_bytes
         self.peak_resident_bytes = 0
-        self._space_waiters: list[asyncio.Future[None]] = []
 
     @property
     def resident_bytes(self) -> int:
@@ -293,88 +305,3 @@ class ChunkPool:
 
     def note_resident(self) -> None:
         self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)
-
-    # -- waiting for space (loop thread) -----------------------------------------------------------
-    async def wait_space(self) -> None:
-        """Return once some slot may have been freed (callers re-check and may wait again)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._space_waiters.append(fut)
-        await fut
-
-    def notify_space(self) -> None:
-        if not self._space_waiters:
-            return
-        waiters, self._space_waiters = self._space_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-
-# -- the budget policy ------------------------------------------------------------------------------
-def slots_per_array(
-    arrays: Mapping[str, ArrayGeometry],
-    specs: Mapping[str, SlabSpec],
-    budget: int,
-    block_samples: int,
-    labels: Sequence[ArrayGeometry],
-) -> dict[str, int]:
-    """Split the byte budget across arrays in proportion to what one block needs of each."""
-    need: dict[str, float] = {}
-    for path, g in arrays.items():
-        offs = [lab.offset for lab in labels if lab.path == path]
-        spread = max(offs) - min(offs)
-        slabs = min(g.n_slabs, -(-block_samples // g.chunk_len) + 1 + -(-spread // g.chunk_len))
-        need[path] = slabs * specs[path].nbytes
-    total = sum(need.values())
-    slots = {}
-    for path, g in arrays.items():
-        share = budget * need[path] / total
-        slot_bytes = max(1, specs[path].nbytes)
-        slots[path] = int(min(g.n_slabs, share // slot_bytes))
-        if slots[path] < 1:
-            raise ConfigError(
-                f"cache_budget_bytes={budget} is too small: array {path!r} needs {specs[path].nbytes} bytes "
-                f"per chunk row and gets a share of {int(share)}"
-            )
-    return slots
-
-
-@dataclass(frozen=True)
-class SlotDemand:
-    """Slots one iteration pins of each array at most: for the batch being gathered (``required``)
-    and with its read-ahead (``full``)."""
-
-    split: str
-    required: Mapping[str, int]
-    full: Mapping[str, int]
-
-
-def check_budget(
-    pool: ChunkPool, wanted: SlotDemand, others: Sequence[SlotDemand], *, block_chunks: int
-) -> None:
-    """Refuse, with numbers, an iteration that could stall for want of slots.
-
-    Alone, an iteration needs the slots of the blocks one batch spans (its
-    read-ahead simply waits for space). Beside others, each iteration's
-    current blocks must fit next to everything the others may pin with their
-    read-ahead, or two consumers taking turns (``zip(train, val)``) could
-    each wait for the other forever. Iterations register when their iterator
-    is created, so this check sees every iterator that can be advanced.
-    """
-    demands = [wanted, *others]
-    for path, apool in pool.arrays.items():
-        for i, d in enumerate(demands):
-            need = d.required.get(path, 0) + sum(o.full.get(path, 0) for j, o in enumerate(demands) if j != i)
-            if need <= apool.n_slots:
-                continue
-            names = [o.split for o in others]
-            beside = (
-                f" beside {len(others)} other iteration(s) of {names} (each with its read-ahead)"
-                if others
-                else ""
-            )
-            raise ConfigError(
-                f"cache_budget_bytes={pool.budget_bytes} gives array {apool.geom.path!r} {apool.n_slots} "
-                f"slot(s) of {apool.slot_nbytes} bytes, but iterating {wanted.split!r}{beside} needs {need}; "
-                f"raise cache_budget_bytes or lower block_chunks={block_chunks}"
-            )

@@ -31,7 +31,8 @@ class Stats(Mapping[str, Any]):
     reads: int = 0  #: GETs issued (whole chunks, byte ranges, shard indexes)
     bytes_read: int = 0
     chunks_decoded: int = 0
-    slabs_loaded: int = 0
+    slabs_loaded: int = 0  #: decoded into the pool (cached)
+    slabs_streamed: int = 0  #: decoded straight into batch rows, not cached
     slab_hits: int = 0  #: slab uses served by the pool without a load
     missing_chunks: int = 0  #: absent from the store: fill value
     bad_chunks: int = 0  #: failed to read or decode (on_bad_chunk="nan"/"skip"), of which:
@@ -51,7 +52,7 @@ class Stats(Mapping[str, Any]):
     resident_bytes: int = 0  #: gauge: pool bytes holding slabs now
     peak_resident_bytes: int = 0  #: gauge: most ever held
     budget_bytes: int = 0  #: gauge: the pool's byte budget
-    hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded)
+    hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded + slabs_streamed)
     stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
     samples_per_s: float = 0.0  #: rate: samples / iterating_s
 
@@ -60,7 +61,7 @@ class Stats(Mapping[str, Any]):
         """A snapshot from raw counters; the rates are derived here."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in counters.items() if k in known}
-        uses = values.get("slab_hits", 0) + values.get("slabs_loaded", 0)
+        uses = values.get("slab_hits", 0) + values.get("slabs_loaded", 0) + values.get("slabs_streamed", 0)
         busy = values.get("iterating_s", 0.0)
         values["hit_rate"] = values.get("slab_hits", 0) / uses if uses else 0.0
         values["stall_fraction"] = values.get("waiting_s", 0.0) / busy if busy else 0.0
@@ -92,6 +93,7 @@ PASS_COUNTERS = (
     "bytes_read",
     "chunks_decoded",
     "slabs_loaded",
+    "slabs_streamed",
     "slab_hits",
     "retries",
     "timeouts",
@@ -130,7 +132,8 @@ class PassReport:
 
     @property
     def hit_rate(self) -> float:
-        uses = self.engine.get("slab_hits", 0) + self.engine.get("slabs_loaded", 0)
+        e = self.engine
+        uses = e.get("slab_hits", 0) + e.get("slabs_loaded", 0) + e.get("slabs_streamed", 0)
         return self.engine.get("slab_hits", 0) / uses if uses else 0.0
 
     def line(self) -> str:

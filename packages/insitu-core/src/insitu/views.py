@@ -28,7 +28,6 @@ from insitu.loop import in_loop_thread, submit
 from insitu.options import BadChunkPolicy, check_rank
 from insitu.order import ORDER_VERSION
 from insitu.plan import EpochPlan
-from insitu.pool import SlotDemand
 from insitu.progress import Progress, track
 from insitu.stats import PassReport, Stats, difference
 
@@ -252,23 +251,33 @@ class ViewIterator(Iterator[Batch]):
             skip_bad=ds.on_bad_chunk is BadChunkPolicy.SKIP,
             start_batch=start_batch,
         )
-        self.demand = SlotDemand(
-            view.split,
-            required={p: plan.max_slots(p, plan.batch_span) for p in ds.pool.arrays},
-            full={
-                p: plan.max_slots(p, plan.batch_span + ds.options.readahead_blocks) for p in ds.pool.arrays
-            },
-        )
         self._future: concurrent.futures.Future[None] | None = None
         self._finished = False
         self._started_at = 0.0
         self._before: Stats | None = None  # the engine's counters when this pass started
         self._pass = {"batches": 0, "samples": 0, "waiting_s": 0.0}
-        ds.register(self)  # checks the budget against every other live iterator, or raises
+        ds.register(self)
         view._progress = (epoch, start_batch)
 
     def __iter__(self) -> ViewIterator:
         return self
+
+    @property
+    def readahead_bytes(self) -> int:
+        """Bytes of batches this pass holds at most besides the pool: the batch being delivered and
+        the read-ahead blocks, whose rows streamed slabs are decoded into, plus the prefetch queue."""
+        plan, ds = self._run.plan, self._dataset
+        starts = plan.order.block_starts
+        n = plan.order.n_blocks
+        if n == 0:
+            return 0
+        window = min(n, plan.batch_span + ds.options.readahead_blocks)
+        samples = int((starts[window:] - starts[: n + 1 - window]).max()) if n >= window else int(starts[-1])
+        samples += ds.options.prefetch * plan.batch_size
+        per_sample = sum(
+            int(np.prod(spec.sample_shape)) * spec.dtype.itemsize for spec in ds.label_specs.values()
+        )
+        return samples * per_sample
 
     def __next__(self) -> Batch:
         if self._finished:

@@ -334,12 +334,7 @@ def run_epoch(target: Target, setting: Mapping[str, int], seconds: float, config
             return out
         try:
             it = iter(ds.train)
-            demand = getattr(it, "demand", None)
-            need = (
-                sum(n * ds.pool.arrays[p].slot_nbytes for p, n in demand.full.items())
-                if demand is not None
-                else None
-            )
+            need = getattr(it, "readahead_bytes", None)
             samples = nbytes = first_samples = 0
             first_at = last_at = None
             complete = True

@@ -1,0 +1,126 @@
+"""How big the decoded-chunk cache is: the ``"auto"`` budget, and its split across arrays.
+
+The pool is a cache for later passes, nothing more: a pass never waits for
+pool slots, since a slab the pool cannot take is streamed into its batches
+(:mod:`insitu.scatter`). So the budget trades memory for the speed of every
+pass after the first:
+
+* ``"auto"`` (the default) caches the whole dataset when it fits in a quarter
+  of the memory available to this process (``MemAvailable``, or a cgroup's
+  limit when lower); a bigger dataset gets that quarter, and its later passes
+  find that share of their slabs cached. The first pass costs the same either
+  way; a dataset that fits is served from memory from the second pass on.
+* ``0`` caches nothing: every pass streams, holding only its read-ahead
+  (the least memory, the fastest single pass; every pass reads and decodes
+  again).
+* any other number of bytes caches up to that many.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from insitu.geometry import ArrayGeometry
+from insitu.splits import SplitManifest
+from insitu.transforms import SlabSpec
+
+logger = logging.getLogger("insitu")
+
+#: The share of available memory an ``"auto"`` cache may take.
+AUTO_FRACTION = 0.25
+#: The cap used when available memory cannot be read (not Linux, no /proc).
+FALLBACK_CAP = 1 << 30
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process could still use: ``MemAvailable``, lowered to what a cgroup
+    (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) leaves; None where neither can be read."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except OSError:
+        pass
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            cap = Path(limit).read_text().strip()
+            used = int(Path(usage).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 1 << 60:  # "max" or a huge number: no limit
+            found.append(max(0, int(cap) - used))
+    return min(found) if found else None
+
+
+def dataset_bytes(
+    arrays: Mapping[str, ArrayGeometry],
+    specs: Mapping[str, SlabSpec],
+    labels: Sequence[ArrayGeometry],
+    manifest: SplitManifest,
+    world_size: int = 1,
+) -> dict[str, int]:
+    """Per array, the pooled bytes of every slab the manifest's samples read (at the labels'
+    offsets), divided among ``world_size`` ranks: what caching the whole dataset takes."""
+    lo, hi = manifest.sample_range_of(None)
+    out = {}
+    for path, g in arrays.items():
+        offsets = [lab.offset for lab in labels if lab.path == path] or [0]
+        first = max(0, lo + min(offsets))
+        last = min(g.n_samples, hi + max(offsets))
+        slabs = max(0, -(-last // g.chunk_len) - first // g.chunk_len)
+        out[path] = -(-slabs // world_size) * specs[path].nbytes
+    return out
+
+
+def auto_budget(need: Mapping[str, int], static_bytes: int = 0) -> int:
+    """The ``"auto"`` budget for a dataset needing ``need`` bytes per array (static fields aside)."""
+    available = available_memory()
+    cap = FALLBACK_CAP if available is None else int(available * AUTO_FRACTION)
+    total = sum(need.values())
+    budget = max(0, min(total, cap - static_bytes))
+    if budget < total:
+        logger.info(
+            "cache_budget_bytes='auto': the dataset's %d MB of decoded slabs exceed %d MB (a quarter of "
+            "the memory available); caching that much, later passes read the rest again",
+            total >> 20,
+            budget >> 20,
+        )
+    return budget
+
+
+def slots_per_array(
+    arrays: Mapping[str, ArrayGeometry],
+    specs: Mapping[str, SlabSpec],
+    budget: int,
+    need: Mapping[str, int],
+) -> dict[str, int]:
+    """Split the byte budget across arrays in proportion to what caching each whole takes, so
+    each gets the same share of its slabs; an array never gets more slots than it has slabs.
+    An array whose share is smaller than one slab gets none: all of it is streamed."""
+    total = sum(need.values())
+    slots = {}
+    for path, g in arrays.items():
+        slot_bytes = max(1, specs[path].nbytes)
+        share = budget if total == 0 else budget * need[path] / total
+        slots[path] = int(
+            min(g.n_slabs, need[path] // slot_bytes if total else g.n_slabs, share // slot_bytes)
+        )
+        if slots[path] == 0 and budget > 0:
+            logger.info(
+                "cache_budget_bytes=%d holds no slab of array %r (%d bytes each): every pass streams it",
+                budget,
+                path,
+                slot_bytes,
+            )
+    return slots
+
+
+__all__ = ["AUTO_FRACTION", "auto_budget", "available_memory", "dataset_bytes", "slots_per_array"]
