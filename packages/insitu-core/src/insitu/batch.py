@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from insitu.lazycoords import LazyValues, resolve
+
 
 @dataclass(frozen=True, eq=False)
 class Batch(Mapping[str, np.ndarray]):
@@ -29,24 +31,27 @@ class Batch(Mapping[str, np.ndarray]):
     index: int = 0
     valid: np.ndarray | None = None  # with uneven="pad": False for padding rows; None: all rows real
     sample_dim: str | None = None  # name of the sample dimension, when the arrays name theirs
-    sample_coord: np.ndarray | None = field(default=None, repr=False)  # its values for every sample index
+    # Its values for every sample index (maybe still being read: see insitu.lazycoords).
+    sample_coord: np.ndarray | LazyValues | None = field(default=None, repr=False)
 
     @property
     def coords(self) -> dict[str, np.ndarray]:
         """``{sample_dim: values}``: the sample coordinate (decoded: CF time is ``datetime64``) of
         each row's anchor; empty when the store has no coordinate for the sample dimension."""
-        if self.sample_dim is None or self.sample_coord is None:
+        values = resolve(self.sample_coord)
+        if self.sample_dim is None or values is None:
             return {}
-        return {self.sample_dim: self.sample_coord[self.sample_indices]}
+        return {self.sample_dim: values[self.sample_indices]}
 
     def coords_of(self, label: str) -> dict[str, np.ndarray]:
         """The sample coordinate where each row of ``label`` was read: a shifted label such as
         ``t2m+24`` carries its own times (the anchors' plus 24 steps)."""
         if label not in self.data:
             raise KeyError(f"no label {label!r} in this batch; labels are {list(self.data)}")
-        if self.sample_dim is None or self.sample_coord is None or label not in self.read_indices:
+        values = resolve(self.sample_coord)
+        if self.sample_dim is None or values is None or label not in self.read_indices:
             return {}
-        return {self.sample_dim: self.sample_coord[self.read_indices[label]]}
+        return {self.sample_dim: values[self.read_indices[label]]}
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.data[label]

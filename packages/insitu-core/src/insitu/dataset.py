@@ -28,6 +28,7 @@ from insitu.errors import ConfigError, DatasetClosedError
 from insitu.fetch import RetryPolicy
 from insitu.gather import BatchTransform, Gatherer
 from insitu.geometry import ArrayGeometry
+from insitu.lazycoords import LazyCoords, LazyValues
 from insitu.loader import Engine
 from insitu.loop import get_loop, in_loop_thread, run_sync
 from insitu.memory import without_hugepage_hint
@@ -204,7 +205,12 @@ class InSituDataset:
             error_fills=error_fills,
         )
         self.sample_dim = _sample_dim(self.labels)
-        values = self.labels[0].coords.get(self.sample_dim) if self.sample_dim is not None else None
+        # The sample coordinate as batches carry it: maybe still being read (insitu.lazycoords).
+        values = (
+            self._sample_values(self.labels[0].coords, self.sample_dim)
+            if self.sample_dim is not None
+            else None
+        )
         self._closed = False
         try:
             self.static_values = run_sync(read_statics(store, self.engine.fetcher, self.statics, transforms))
@@ -217,7 +223,7 @@ class InSituDataset:
             self.labels,
             batch_transforms,
             statics=self.static_values,
-            sample_coord=None if values is None else (self.sample_dim, values),  # type: ignore[arg-type]
+            sample_coord=None if values is None or self.sample_dim is None else (self.sample_dim, values),
         )
         if self._cache is not None:
             try:
@@ -228,6 +234,12 @@ class InSituDataset:
                 self.gatherer.shutdown()
                 self._cache.release()
                 raise
+
+    @staticmethod
+    def _sample_values(coords: Mapping[str, np.ndarray], dim: str) -> np.ndarray | LazyValues | None:
+        if isinstance(coords, LazyCoords) and not coords.ready:
+            return LazyValues(coords, dim)
+        return coords.get(dim)
 
     # -- the options users read back --------------------------------------------
     @property

@@ -16,7 +16,8 @@ from zarr.abc.store import Store
 
 from insitu.errors import ConfigError
 from insitu.geometry import ArrayGeometry, is_integer
-from insitu.loop import run_sync
+from insitu.lazycoords import LazyCoords
+from insitu.loop import run_sync, submit
 from insitu.stores import redact_urls
 
 # zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
@@ -39,7 +40,7 @@ class Geometries(dict[str, ArrayGeometry]):
     sample_dim: str | None = None
     chosen_by_default: bool = False
     skipped: dict[str, str]
-    coords: dict[str, np.ndarray]
+    coords: Mapping[str, np.ndarray]
 
     def report(self) -> str:
         """One paragraph saying which sample dimension was used and what was left out, and why."""
@@ -47,7 +48,9 @@ class Geometries(dict[str, ArrayGeometry]):
         if self.sample_dim is not None:
             how = "as given"
             if self.chosen_by_default:
-                axis = self.coords.get(self.sample_dim)
+                # Not waited for here: a report must not hold up opening the store.
+                ready = not isinstance(self.coords, LazyCoords) or self.coords.ready
+                axis = self.coords.get(self.sample_dim) if ready else None
                 kind = "the time axis" if axis is not None and axis.dtype.kind == "M" else "the dimension"
                 how = f"chosen by default: {kind} leading the data variables; pass sample_axis= to choose"
             parts.append(f"sample dimension {self.sample_dim!r} ({how})")
@@ -115,12 +118,16 @@ def open_geometries(
     if not explicit:
         chosen = _data_variables(chosen, dims, skipped)
     by_default = sample_axis is None
-    # Coordinates first: the default sample dimension prefers a time axis, and they are needed after.
+    # Coordinates are read in the background (two round trips on object storage); whatever needs
+    # their values waits for them: a selection by value, a date split, batch.coords.
     all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if d})
-    coords, coord_attrs = run_sync(_read_coordinates(store, path, all_dims))
+    coords, coord_attrs = LazyCoords.pair(submit(_read_coordinates(store, path, all_dims)))
     if sample_axis is None:
-        times = {d for d, v in coords.items() if v.dtype.kind == "M"}
-        sample_axis = _default_sample_dim({n: dims[n] for n in chosen}, times) or 0
+        chosen_dims = {n: dims[n] for n in chosen}
+        leading = {names[0] for names in chosen_dims.values() if names and names[0]}
+        # Several dimensions lead some array: the one that is a time axis wins, so look.
+        times = {d for d, v in coords.items() if v.dtype.kind == "M"} if len(leading) > 1 else set()
+        sample_axis = _default_sample_dim(chosen_dims, times) or 0
     out = Geometries()
     for name, arr in chosen.items():
         axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
@@ -146,7 +153,8 @@ def open_geometries(
     out.coords = coords
     if sel or isel:
         out.update(select(out, sel=sel, isel=isel))
-    logger.info("open_geometries: %s", out.report())
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("open_geometries: %s", out.report())
     return out
 
 

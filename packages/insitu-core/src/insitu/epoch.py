@@ -17,6 +17,7 @@ needs again later stays cached with that next use as its eviction priority.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import queue
 from typing import Any
@@ -125,6 +126,12 @@ class EpochRun:
             self._produced = b + 1
             if self._produced_event is not None and not self._produced_event.done():
                 self._produced_event.set_result(None)
+            waiter = self._block_waiter.get(b)
+            if b == self._first_block and waiter is not None and not engine.fetcher.reads_files:
+                # Remote reads share the link: the first block's chunks come in alone, so the
+                # first batch waits for one block's transfer rather than for the read-ahead's too.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(waiter.future)
 
     def _produce_block(self, b: int) -> None:
         """Pin (or start loading) every slab block ``b`` needs. A slab goes to the pool when this

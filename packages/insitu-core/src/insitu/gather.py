@@ -16,6 +16,7 @@ import numpy as np
 from insitu.batch import Batch
 from insitu.buffers import BufferPool
 from insitu.geometry import ArrayGeometry
+from insitu.lazycoords import LazyValues
 from insitu.pool import ChunkPool
 
 BatchTransform = Callable[[Batch], Batch]
@@ -54,13 +55,13 @@ class Gatherer:
         batch_transforms: Sequence[BatchTransform],
         *,
         statics: Mapping[str, np.ndarray] | None = None,
-        sample_coord: tuple[str, np.ndarray] | None = None,
+        sample_coord: tuple[str, np.ndarray | LazyValues] | None = None,
     ) -> None:
         self.pool = pool
         self.labels = tuple(labels)
         self.statics = dict(statics or {})
         self.sample_dim: str | None = None
-        self.sample_coord: np.ndarray | None = None
+        self.sample_coord: np.ndarray | LazyValues | None = None
         if sample_coord is not None:
             self.sample_dim, self.sample_coord = sample_coord
         self.batch_transforms = tuple(batch_transforms)
