@@ -100,7 +100,7 @@ def test_the_first_batch_does_not_wait_for_coordinates(store_path) -> None:
 
 
 def test_a_selection_by_value_waits_for_the_coordinates(store_path) -> None:
-    root, data, _ = store_path
+    root, _, _ = store_path
     store = GatedStore(LocalStore(root, read_only=True))
     geoms = _finishes(lambda: insitu.open_geometries(store, ["t2m"]))
     threading.Timer(0.05, store.open).start()  # opened from elsewhere while sel waits
@@ -118,5 +118,5 @@ def test_coordinates_survive_pickling_and_a_failed_read_is_raised_where_they_are
     bad = GatedStore(LocalStore(root, read_only=True), fail=True)
     geoms = _finishes(lambda: insitu.open_geometries(bad, ["t2m"]))  # opening does not fail
     bad.open()
-    with pytest.raises(PermissionError, match="no access to (time|lat)"):
+    with pytest.raises(PermissionError, match=r"no access to (time|lat)"):
         geoms["t2m"].sel(lat=0.0)
