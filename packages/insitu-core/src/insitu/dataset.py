@@ -30,7 +30,7 @@ from insitu.gather import BatchTransform, Gatherer
 from insitu.geometry import ArrayGeometry
 from insitu.lazycoords import LazyCoords, LazyValues
 from insitu.loader import Engine
-from insitu.loop import get_loop, in_loop_thread, run_sync
+from insitu.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.memory import without_hugepage_hint
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
@@ -554,6 +554,15 @@ class InSituDataset:
             it.wake_closed()
         if in_loop_thread():
             self._abandon()
+            return
+        if loop_exited():  # close() from an exit handler that ran after the loop stopped
+            self.engine.abandon()
+            self.gatherer.shutdown(wait=False)
+            if self._cache is not None:
+                try:
+                    self._cache.save(self.pool)  # the slabs that finished loading, as close() promises
+                finally:
+                    self._cache.release()
             return
         run_sync(self.engine.aclose())
         self.engine.shutdown_threads()

@@ -4,12 +4,21 @@ Sync code submits coroutines with :func:`run_sync` / :func:`submit`. Calling
 :func:`run_sync` from the loop's own thread would deadlock, so it raises.
 After ``fork`` the child starts a fresh loop on first use (threads do not
 survive a fork).
+
+At interpreter exit the loop's tasks are cancelled and given a moment to
+finish (at most :data:`EXIT_GRACE_S`), then the loop stops: a script that
+exits mid-epoch without closing its dataset would otherwise leave tasks
+pending when the daemon thread is frozen, and their destruction during
+shutdown prints "Task was destroyed but it is pending!" (seen with an epoch
+of a million chunks, whose teardown outlasts the interpreter's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import os
 import threading
 from collections.abc import Coroutine
@@ -31,6 +40,7 @@ def get_loop() -> asyncio.AbstractEventLoop:
             thread = threading.Thread(target=_serve, args=(loop,), name="insitu-loop", daemon=True)
             thread.start()
             _loop, _thread = loop, thread
+            atexit.register(_stop_at_exit, loop, thread)
         return _loop
 
 
@@ -53,7 +63,42 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     if in_loop_thread():
         coro.close()
         raise RuntimeError("insitu: a blocking call was made from the engine's own event loop")
+    if _exited:
+        coro.close()
+        raise RuntimeError("insitu: the interpreter is exiting and the engine's loop has stopped")
     return submit(coro).result(timeout)
+
+
+EXIT_GRACE_S = 2.0  # the longest an exiting script waits for the loop's tasks to wind down
+
+
+def _stop_at_exit(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Cancel what still runs on the loop, let it finish (bounded), and stop the loop."""
+    if loop.is_closed() or not thread.is_alive() or threading.current_thread() is thread:
+        return
+
+    async def wind_down() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=EXIT_GRACE_S / 2)
+
+    global _exited
+    with contextlib.suppress(Exception):  # a loop stuck in a callback: exit anyway, after the grace
+        asyncio.run_coroutine_threadsafe(wind_down(), loop).result(timeout=EXIT_GRACE_S)
+    _exited = True
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=EXIT_GRACE_S / 4)
+
+
+_exited = False
+
+
+def loop_exited() -> bool:
+    """True once the interpreter's exit stopped the loop: nothing submitted to it runs any more."""
+    return _exited
 
 
 def _after_fork_in_child() -> None:
