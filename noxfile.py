@@ -124,6 +124,14 @@ def tests_gpu(session: nox.Session) -> None:
     _pytest(session, "insitu-gpu")
 
 
+@nox.session(name="tests-bench", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_bench(session: nox.Session) -> None:
+    """The benchmark scripts' own tests (bench/tests): tiny runs of each script, the regression guard's arithmetic."""
+    session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"), "psutil")
+    success_codes = [0, 5] if session.posargs else [0]
+    session.run("pytest", "bench/tests", *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+
+
 @nox.session(python="3.11", venv_backend="uv")
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree."""
@@ -264,20 +272,32 @@ def _insitubatch_python(session: nox.Session) -> str | None:
     return str(python)
 
 
+def _bench_env(session: nox.Session) -> list[str]:
+    """The benchmark environment; returns the ``--insitubatch-python`` arguments (none without 3.12)."""
+    # pip (not uv) for torch: see TORCH. xbatcher in the same call keeps torch at the pinned wheel.
+    session.install(TORCH, "xarray", "xbatcher")
+    session.install(*_editable("insitu-core", "insitu-stores"), "psutil", "matplotlib", "moto[server]")
+    if "--insitubatch-python" in session.posargs:
+        return []
+    python = _insitubatch_python(session)
+    return [] if python is None else ["--insitubatch-python", python]
+
+
 @nox.session(python="3.11", venv_backend="venv", default=False)
 def bench(session: nox.Session) -> None:
     """insitu beside its peers (insitubatch, xbatcher, torch DataLoader stacks) and the machine's ceilings.
 
     Quick mode by default (minutes on two cores); `nox -s bench -- --mode full --docs` runs the full
     grid and rewrites docs/benchmarks.md. Arguments after `--` go to bench/run.py; results go to
-    bench/results/ unless `--out` says otherwise.
+    bench/results/ unless `--out` says otherwise. The http condition needs nginx with its echo
+    module (Debian: nginx libnginx-mod-http-echo) and is skipped with a note without them.
     """
-    # pip (not uv) for torch: see TORCH. xbatcher in the same call keeps torch at the pinned wheel.
-    session.install(TORCH, "xarray", "xbatcher")
-    session.install(*_editable("insitu-core", "insitu-stores"), "psutil", "matplotlib", "moto[server]")
-    args = list(session.posargs)
-    if "--insitubatch-python" not in args:
-        python = _insitubatch_python(session)
-        if python is not None:
-            args += ["--insitubatch-python", python]
-    session.run("python", "bench/run.py", *args)
+    extra = _bench_env(session)
+    session.run("python", "bench/run.py", *session.posargs, *extra)
+
+
+@nox.session(name="bench-smoke", python="3.11", venv_backend="venv", default=False)
+def bench_smoke(session: nox.Session) -> None:
+    """A few minutes of the suite; fails when a ratio (vs insitubatch, vs the decode ceiling) drops >15% below bench/baseline.json."""
+    extra = _bench_env(session)
+    session.run("python", "bench/smoke.py", *session.posargs, *extra)

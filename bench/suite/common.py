@@ -57,11 +57,12 @@ class Case:
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """Where the engine reads from: ``local`` disk, ``latency`` (local plus a delay per GET) or ``s3``."""
+    """Where the engine reads from: ``local`` disk, ``latency`` (local plus a delay per GET), ``s3``
+    or ``http`` (nginx on loopback, delaying each request)."""
 
     kind: str = "local"
     latency_ms: float = 0.0
-    endpoint: str = ""  # s3: http://127.0.0.1:PORT (moto)
+    endpoint: str = ""  # s3: http://127.0.0.1:PORT (moto); http: the group's URL
     bucket: str = ""
     prefix: str = ""  # s3: key prefix of the group
 
@@ -166,8 +167,15 @@ def open_zarr_store(spec: Spec) -> Any:
             ),
             read_only=True,
         )
+    elif s.kind == "http":
+        from obstore.store import HTTPStore
+        from zarr.storage import ObjectStore
+
+        store = ObjectStore(
+            HTTPStore.from_url(s.endpoint, client_options={"allow_http": True}), read_only=True
+        )
     else:
-        raise ValueError(f"unknown store kind {s.kind!r}; expected local, latency or s3")
+        raise ValueError(f"unknown store kind {s.kind!r}; expected local, latency, s3 or http")
     if s.latency_ms > 0:
         store = latency_store(store, s.latency_ms / 1e3)
     return store

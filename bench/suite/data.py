@@ -10,7 +10,11 @@ shares ``c8``'s files (hard links). Built cases are kept under
 with the same sample count reuses them.
 
 ``S3Server`` runs moto's S3 server in a subprocess on a free loopback port and
-uploads cases into bucket ``bench`` under ``<case>.zarr``.
+uploads cases into bucket ``bench`` under ``<case>.zarr``. ``HTTPServer`` runs
+nginx (Debian's ``nginx`` and ``libnginx-mod-http-echo``) on a free loopback
+port over the work folder, each request delayed inside the server by
+``echo_sleep``: object storage's round trip without a Python wrapper in the
+reader's process and without moto's CPU cost.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -148,6 +153,124 @@ def _rechunk(source: Path, root: Path, variables: list[str], chunk: int, shard: 
 
 BUCKET = "bench"
 CREDENTIALS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench-secret"}
+
+
+NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
+
+NGINX_CONF = """
+load_module {module};
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location /delayed/ {{
+            echo_sleep {delay_s};
+            echo_exec @file;
+        }}
+        location @file {{
+            root {root};
+            rewrite ^/delayed/(.*)$ /$1 break;
+        }}
+        location / {{ root {root}; }}
+    }}
+}}
+"""
+
+
+class HTTPServer:
+    """nginx serving ``root`` on a free loopback port; ``/delayed/...`` answers after ``delay_ms``
+    (a timer inside the server, so concurrent requests overlap their waits)."""
+
+    def __init__(self, root: Path, delay_ms: float, log: Any = print) -> None:
+        self.root = Path(root).resolve()
+        self.delay_ms = delay_ms
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.base = ""
+        self.dir: Path | None = None
+
+    @staticmethod
+    def missing() -> str | None:
+        """Why nginx cannot serve here (None: it can)."""
+        if shutil.which("nginx") is None:
+            return "no nginx on PATH (apt-get install nginx libnginx-mod-http-echo)"
+        if not Path(NGINX_ECHO_MODULE).exists():
+            return f"no {NGINX_ECHO_MODULE} (apt-get install libnginx-mod-http-echo)"
+        return None
+
+    def __enter__(self) -> HTTPServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        import tempfile
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.dir = Path(tempfile.mkdtemp(prefix="insitu-bench-nginx-"))
+        conf = self.dir / "nginx.conf"
+        conf.write_text(
+            NGINX_CONF.format(
+                module=NGINX_ECHO_MODULE, dir=self.dir, port=port, delay_s=self.delay_ms / 1e3, root=self.root
+            )
+        )
+        self.proc = subprocess.Popen(
+            ["nginx", "-c", str(conf), "-p", str(self.dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited with {self.proc.returncode}; see {self.dir}/error.log")
+            try:
+                urllib.request.urlopen(self.base + "/", timeout=1).read()
+            except urllib.error.HTTPError:
+                break  # it answers (a directory without an index is a 403)
+            except OSError:
+                time.sleep(0.1)
+            else:
+                break
+        else:
+            self.stop()
+            raise RuntimeError("nginx did not answer within 30 s")
+        self.log(f"http: nginx at {self.base}, {self.delay_ms:g} ms per request under /delayed/")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def store_spec(self, case: Case) -> StoreSpec:
+        rel = Path(case.root).resolve().relative_to(self.root).as_posix()
+        return StoreSpec(kind="http", latency_ms=0.0, endpoint=f"{self.base}/delayed/{rel}")
 
 
 class S3Server:

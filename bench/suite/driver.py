@@ -43,7 +43,7 @@ from typing import Any
 
 import psutil
 from common import Case, Spec, StoreSpec
-from data import CASES, S3Server, build_cases
+from data import CASES, HTTPServer, S3Server, build_cases
 from portable import recorded_command
 
 SUITE = Path(__file__).resolve().parent
@@ -52,6 +52,7 @@ ENGINES_DIR = SUITE / "engines"
 
 ENGINES = [
     "insitu",
+    "insitu_stream",
     "insitubatch",
     "xbatcher",
     "workers",
@@ -59,21 +60,25 @@ ENGINES = [
     "naive",
     "simple",
     "ceiling_decode",
+    "ceiling_decode_out",
     "ceiling_gather",
     "ceiling_rawget",
 ]
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
-CEILINGS = ("ceiling_decode", "ceiling_gather", "ceiling_rawget")
+CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather", "ceiling_rawget")
 # No store IO: measured once per case on its local copy (under "local", whatever the conditions).
-STORE_FREE = ("ceiling_decode", "ceiling_gather")
-WARM_ENGINES = ("insitu", "insitubatch")  # engines with a cache: a warm epoch is timed too
-CONDITIONS = ("local", "latency", "s3")
+STORE_FREE = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather")
+# A warm epoch is timed too: engines with a cache, and insitu without one (it reads again).
+WARM_ENGINES = ("insitu", "insitu_stream", "insitubatch")
+INSITU_ENGINES = ("insitu", "insitu_stream")  # same interpreter, same tuning sweep
+CONDITIONS = ("local", "latency", "http", "s3")
 SPECTRUM = ("c1", "c2", "c8", "c32")  # single variable, samples per chunk 1..32
 
 # Modules an engine's interpreter must have; checked once up front, so a missing stack is one
 # note instead of an error per run.
 REQUIRES = {
     "insitu": ["insitu"],
+    "insitu_stream": ["insitu"],
     "insitubatch": ["insitubatch", "zarr"],
     "xbatcher": ["torch", "xarray", "xbatcher", "zarr"],
     "workers": ["torch", "zarr"],
@@ -110,7 +115,8 @@ class Mode:
 
 
 _ALL = tuple(ENGINES)
-_REMOTE_SET = ("insitu", "insitubatch", BEST_WORKER, "ceiling_rawget")
+_REMOTE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_rawget")
+_CASE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_decode", "ceiling_decode_out")
 MODES = {
     "quick": Mode(
         samples=512,
@@ -120,9 +126,10 @@ MODES = {
         plan={
             "local": [
                 (("c1", "c8", "c32"), _ALL),
-                (("multivar", "window", "sharded"), ("insitu", "insitubatch", BEST_WORKER, "ceiling_decode")),
+                (("multivar", "window", "sharded"), _CASE_SET),
             ],
             "latency": [(("c1", "c8", "c32"), _REMOTE_SET)],
+            "http": [(("c1", "c8", "c32"), _REMOTE_SET)],
             "s3": [(("c8",), _REMOTE_SET)],
         },
         block_samples=(64, 256),
@@ -138,6 +145,7 @@ MODES = {
         plan={
             "local": [(tuple(CASES), _ALL)],
             "latency": [(tuple(CASES), _ALL)],
+            "http": [(tuple(CASES), _ALL)],
             "s3": [(tuple(CASES), _ALL)],
         },
         block_samples=(64, 256, 1024),
@@ -151,7 +159,7 @@ MODES = {
 def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[str, Any]]:
     """The tuning sweep of ``engine`` for one case and condition."""
     spc = case.samples_per_chunk
-    if engine in ("insitu", "insitubatch"):
+    if engine in ("insitu", "insitu_stream", "insitubatch"):
         remote = condition != "local"
         out = []
         for block in mode.block_samples:
@@ -174,7 +182,7 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
         return [{"threads": os.cpu_count() or 1, "block_chunks": max(1, 256 // spc)}]
     if engine == "ceiling_rawget":
         return [{"concurrency": max(mode.inflight)}]  # a ceiling: the highest concurrency swept
-    if engine == "ceiling_decode":
+    if engine in ("ceiling_decode", "ceiling_decode_out"):
         return [{"threads": os.cpu_count() or 1}]
     return [{}]  # naive, ceiling_gather: nothing to tune
 
@@ -460,7 +468,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--engines", nargs="+", choices=ENGINES, help="only these engines (default: the mode's plan)"
     )
     ap.add_argument("--cases", nargs="+", choices=list(CASES), help="these cases under every condition")
-    ap.add_argument("--conditions", nargs="+", choices=CONDITIONS, help="default: local latency s3")
+    ap.add_argument("--conditions", nargs="+", choices=CONDITIONS, help="default: local latency http s3")
     ap.add_argument(
         "--repeats", type=int, help="runs per (engine, tuning); default: the mode's (quick 3, full 5)"
     )
@@ -601,15 +609,25 @@ def main(argv: list[str] | None = None) -> int:
     specs_dir = Path(tempfile.mkdtemp(prefix="insitu-bench-runs-"))
     logs_dir = out / "logs"
     server: S3Server | None = None
+    http: HTTPServer | None = None
     interrupted = False
     try:
         if plan.get("s3"):
             server = S3Server(log=log)
             server.start()
+        if plan.get("http"):
+            why = HTTPServer.missing()
+            if why is None:
+                http = HTTPServer(work, args.latency_ms, log=log)
+                http.start()
+            else:
+                notes.append(f"skipped the http condition: {why}")
+                log(f"note: skipping the http condition: {why}")
+                plan.pop("http")
         for cond, entries in plan.items():
             for case_name, engines in entries:
                 case = cases[case_name]
-                store = _store(cond, case, args, server)
+                store = _store(cond, case, args, server, http)
                 runs = _resolve(engines, case, cond, mode, rows, skip, log)
                 if not runs:
                     continue
@@ -656,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        if http is not None:
+            http.stop()
         shutil.rmtree(specs_dir, ignore_errors=True)
 
     summary, best = summarize(rows)
@@ -699,11 +719,16 @@ def main(argv: list[str] | None = None) -> int:
     return 130 if interrupted else 0
 
 
-def _store(cond: str, case: Case, args: argparse.Namespace, server: S3Server | None) -> StoreSpec:
+def _store(
+    cond: str, case: Case, args: argparse.Namespace, server: S3Server | None, http: HTTPServer | None
+) -> StoreSpec:
     if cond == "local":
         return StoreSpec("local")
     if cond == "latency":
         return StoreSpec("latency", latency_ms=args.latency_ms)
+    if cond == "http":
+        assert http is not None
+        return http.store_spec(case)
     assert server is not None
     server.upload(case)
     return server.store_spec(case)

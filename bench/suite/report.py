@@ -52,17 +52,20 @@ from portable import portable_paths
 
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
 PER_SAMPLE_STACKS = ("xbatcher", "workers")
-CEILINGS = ("ceiling_decode", "ceiling_gather", "ceiling_rawget")
-ENGINE_ORDER = ("insitu", "insitubatch", *WORKER_STACKS, "naive", "simple", *CEILINGS)
+CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather", "ceiling_rawget")
+ENGINE_ORDER = ("insitu", "insitu_stream", "insitubatch", *WORKER_STACKS, "naive", "simple", *CEILINGS)
+CONDITION_ORDER = ("local", "latency", "http", "s3")
 CASE_ORDER = ("c1", "c2", "c8", "c32", "multivar", "window", "sharded")
 CONDITION_TITLES = {
     "local": "local disk",
     "latency": "local disk + {latency_ms:g} ms per GET",
+    "http": "HTTP (nginx on loopback, {latency_ms:g} ms per request inside the server)",
     "s3": "S3 (moto server on loopback)",
 }
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 COLORS = {
     "insitu": "tab:blue",
+    "insitu_stream": "tab:cyan",
     "insitubatch": "tab:orange",
     "xbatcher": "tab:green",
     "workers": "tab:red",
@@ -70,6 +73,7 @@ COLORS = {
     "naive": "tab:brown",
     "simple": "tab:pink",
     "ceiling_decode": "black",
+    "ceiling_decode_out": "dimgray",
     "ceiling_gather": "tab:gray",
     "ceiling_rawget": "tab:olive",
 }
@@ -122,15 +126,16 @@ def tables(results: dict[str, Any]) -> str:
     bad = _mismatched(results)
     settings = results.get("settings", {})
     lines: list[str] = []
-    conditions = [c for c in ("local", "latency", "s3") if any(k[0] == c for k in best)]
+    conditions = [c for c in CONDITION_ORDER if any(k[0] == c for k in best)]
     for cond in conditions:
         title = CONDITION_TITLES[cond].format(latency_ms=settings.get("latency_ms", 20))
         lines += [
             f"### {cond}: {title}",
             "",
             "| case | engine | best tuning | samples/s | MB/s | TTFB ms | peak RSS MB (tree) "
-            "| vs insitubatch | vs best worker stack | vs best per-sample stack | vs decode ceiling |",
-            "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| vs insitubatch | vs best worker stack | vs best per-sample stack | vs decode ceiling "
+            "| vs decode+write ceiling | vs local disk |",
+            "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         cases = _order(list({k[1] for k in best if k[0] == cond}), CASE_ORDER)
         for case in cases:
@@ -140,13 +145,12 @@ def tables(results: dict[str, Any]) -> str:
             # The stacks that read one sample at a time (and so decode a chunk once per sample in it).
             per_sample = [best.get((cond, case, w), {}).get("MBps") for w in PER_SAMPLE_STACKS]
             bps = max((w for w in per_sample if w), default=None)
-            ceiling = next(
-                (
-                    b["MBps"]
-                    for (c, k, e), b in best.items()
-                    if k == case and e == "ceiling_decode" and b["MBps"]
-                ),
-                None,
+            ceiling, ceiling_out = (
+                next(
+                    (b["MBps"] for (c, k, e), b in best.items() if k == case and e == name and b["MBps"]),
+                    None,
+                )
+                for name in ("ceiling_decode", "ceiling_decode_out")
             )
             engines = _order([k[2] for k in best if k[0] == cond and k[1] == case], ENGINE_ORDER)
             for engine in engines:
@@ -155,16 +159,18 @@ def tables(results: dict[str, Any]) -> str:
                 if b["MBps"] is None:
                     why = "; ".join(b.get("problems", [])) or "no result"
                     lines.append(
-                        f"| {case} | {engine} | {b['statuses'][0]}: {why[:80]} |  |  |  |  |  |  |  |  |"
+                        f"| {case} | {engine} | {b['statuses'][0]}: {why[:80]} |  |  |  |  |  |  |  |  |  |  |"
                     )
                     continue
                 flags = " (truncated)" if b.get("truncated") else ""
+                local = best.get(("local", case, engine), {}).get("MBps") if cond != "local" else None
                 if (cond, case, engine, label) in bad:
                     flags += " **checksum mismatch**"
                 lines.append(
                     f"| {case} | {engine}{flags} | {label} | {_fmt(b['samples_per_s'])} | {_fmt(b['MBps'])} "
                     f"| {_fmt(b['ttfb_ms'], 1)} | {_fmt(b['peak_rss_MB'])} | {_ratio(b['MBps'], ib)} "
-                    f"| {_ratio(b['MBps'], bw)} | {_ratio(b['MBps'], bps)} | {_ratio(b['MBps'], ceiling)} |"
+                    f"| {_ratio(b['MBps'], bw)} | {_ratio(b['MBps'], bps)} | {_ratio(b['MBps'], ceiling)} "
+                    f"| {_ratio(b['MBps'], ceiling_out)} | {_ratio(b['MBps'], local)} |"
                 )
         if any(k[0] == cond and k[2] == "ceiling_rawget" for k in best):
             lines += ["", "ceiling_rawget's MB/s counts stored (compressed) bytes; compare its samples/s."]
@@ -179,7 +185,7 @@ def tables(results: dict[str, Any]) -> str:
         ]
         warm.sort(
             key=lambda b: (
-                ("local", "latency", "s3").index(b["condition"]),
+                CONDITION_ORDER.index(b["condition"]) if b["condition"] in CONDITION_ORDER else 9,
                 CASE_ORDER.index(b["case"]) if b["case"] in CASE_ORDER else len(CASE_ORDER),
                 ENGINE_ORDER.index(b["engine"]) if b["engine"] in ENGINE_ORDER else len(ENGINE_ORDER),
             )
@@ -256,8 +262,11 @@ def header(results: dict[str, Any]) -> str:
         "MB/s counts delivered sample bytes; TTFB is from construction (store opening included) to the "
         "first batch; peak RSS sums the runner and all its child processes. Ratios divide MB/s by the "
         "best insitubatch, the best worker stack (xbatcher, workers, chunkaware), the best per-sample "
-        "stack (xbatcher, workers: one read per sample, so a chunk is decoded once per sample in it) "
-        "and the decode ceiling of the same case.\n"
+        "stack (xbatcher, workers: one read per sample, so a chunk is decoded once per sample in it), "
+        "the decode ceiling (decoding into a reused, cache-resident buffer), the decode+write ceiling "
+        "(decoding into memory beyond the caches, as any loader's output must go) of the same case, and "
+        "the same engine's local-disk throughput. insitu runs with its defaults (cache_budget_bytes="
+        "'auto'), insitu_stream with no cache (cache_budget_bytes=0).\n"
     )
 
 
@@ -299,7 +308,7 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
     # ceiling is store-free (measured once per case) and drawn on every panel; away from local disk
     # the worker stacks are one line, the best of them per case.
     spectrum = [c for c in ("c1", "c2", "c8", "c32") if c in cases]
-    conds = [c for c in ("local", "latency") if any(k[0] == c and k[1] in spectrum for k in best)]
+    conds = [c for c in ("local", "latency", "http") if any(k[0] == c and k[1] in spectrum for k in best)]
     if spectrum and conds:
         spc = {c: cases[c]["samples_per_chunk"] for c in spectrum}
         decode = {k: b["MBps"] for (_, k, e), b in best.items() if e == "ceiling_decode" and b["MBps"]}
@@ -353,7 +362,9 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
             )
 
     best_warm = _best_warm(results)
-    warm_engines = [e for e in ("insitu", "insitubatch") if any(k[2] == e for k in best_warm)]
+    warm_engines = [
+        e for e in ("insitu", "insitu_stream", "insitubatch") if any(k[2] == e for k in best_warm)
+    ]
     warm_cases = [
         c
         for c in local_cases

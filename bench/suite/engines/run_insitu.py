@@ -2,8 +2,8 @@
 
 Tuning: ``block_chunks``, ``max_inflight``, ``cache_budget_bytes``, ``prefetch``,
 ``decode_threads`` (the engine's defaults where absent). Stores: local and
-latency through insitu's own local store (wrapped with the latency), s3 through
-insitu-stores' obstore backend (plus latency when given).
+latency through insitu's own local store (wrapped with the latency), s3 and
+http through insitu-stores' obstore backend (plus latency when given).
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ def open_store(spec: Spec) -> Any:
             access_key_id="bench",
             secret_access_key="bench-secret",
         )
+    elif s.kind == "http":
+        store = insitu.open_store(s.endpoint)  # insitu-stores' obstore HTTP backend
     else:
         raise ValueError(f"unknown store kind {s.kind!r}")
     return latency_store(store, s.latency_ms / 1e3) if s.latency_ms > 0 else store
 
 
-def main() -> None:
+def main(budget: int | None = None) -> None:
+    """One run; ``budget`` forces ``cache_budget_bytes`` (``run_insitu_stream.py`` passes 0)."""
     spec = Spec.load(sys.argv[1])
     import insitu
 
@@ -50,16 +53,19 @@ def main() -> None:
     if case.window:
         labels += [g.shift(case.window) for g in labels]
     manifest = insitu.split_by_chunk(geoms[case.variables[0]], (1.0,), names=("train",))
-    ds = insitu.InSituDataset(
-        store, manifest, labels, batch_size=spec.batch_size, seed=spec.seed, **spec.tuning
-    )
+    tuning = dict(spec.tuning) if budget is None else {**spec.tuning, "cache_budget_bytes": budget}
+    ds = insitu.InSituDataset(store, manifest, labels, batch_size=spec.batch_size, seed=spec.seed, **tuning)
     result = cold_epoch(spec, clock, floor, ds.train, lambda batch: [batch[g.label] for g in labels])
     stats = ds.stats
     if spec.warm and not result.truncated:
         ds.set_epoch(1)
         warm_epoch(result, clock, lambda: ds.train)
     ds.close()
-    result.extra = {"stall_fraction": stats.get("stall_fraction")}
+    result.extra = {
+        "stall_fraction": stats.get("stall_fraction"),
+        "budget_bytes": stats.get("budget_bytes"),
+        "slabs_streamed": stats.get("slabs_streamed"),
+    }
     emit(result)
 
 

@@ -14,7 +14,7 @@ transform only handles a single variable). Windowed cases use xbatcher's
 X/y pairing: an X generator over ``time[0:n]`` and a y generator over
 ``time[window:window + n]``, so MapDataset item ``t`` is ``(X[t], y[t + window])``.
 
-The DataLoader forks its workers (torch's default), except on the s3 store:
+The DataLoader forks its workers (torch's default), except on the s3 and http stores:
 the dataset is opened, and so obstore's tokio runtime started, in the main
 process, and that runtime does not survive a fork (requests from a forked
 worker never complete). There the workers start from a ``forkserver`` and
@@ -72,7 +72,7 @@ def main() -> None:
     dataset = MapDataset(x_gen, y_gen, transform=transform, target_transform=transform)
     generator = torch.Generator().manual_seed(spec.seed)
     context: dict[str, str] = {}
-    if spec.store.kind == "s3" and spec.tuning.get("num_workers", 0):
+    if spec.store.kind in ("s3", "http") and spec.tuning.get("num_workers", 0):
         context["multiprocessing_context"] = "forkserver"
     loader = make_loader(
         spec, dataset, batch_size=spec.batch_size, shuffle=True, generator=generator, **context
