@@ -14,9 +14,9 @@ Examples are derandomized (the same draws on every run) and the fault plans
 are seeded, so a failure replays. Nothing here depends on timing: a GET that
 a loaded machine makes slower than the per-request timeout is one more retry.
 
-At the end, minimal reproductions of engine defects these drills found, each
-marked ``xfail(strict=True)`` until the engine is fixed (docs/reliability.md,
-"Known gaps").
+At the end, minimal reproductions of engine defects these drills found: marked
+``xfail(strict=True)`` while the engine has the defect (docs/reliability.md,
+"Known gaps"), ordinary tests once it is fixed.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ at the one-sample-per-chunk end.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import math
 import queue
@@ -183,12 +184,18 @@ class DecodePump:
     is one queue ``put`` and one ``call_soon_threadsafe`` per job, and each
     job reports as soon as it is done, so a slab becomes ready without waiting
     for unrelated chunks. Lower ``priority`` runs first, submission order within one.
+    Jobs that finish while the loop has not yet taken the last report ride along with it.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threads: int, name: str = "insitu-decode") -> None:
         self.loop = loop
         self.threads = threads
         self.closed = False
+        # Finished jobs waiting for the loop: one wake-up of the loop reports every job finished
+        # by then (each wake-up is a write to the loop's self-pipe and a read on its side).
+        self._finished: collections.deque[tuple[Job, Any]] = collections.deque()
+        self._finished_lock = threading.Lock()
+        self._report_pending = False
         self._queue: queue.PriorityQueue[tuple[float, int, Job | None]] = queue.PriorityQueue()
         self._seq = itertools.count()
         self._workers = [
@@ -244,13 +251,26 @@ class DecodePump:
                     result = job.run()
                 except Exception as exc:  # a job's own failure must reach its waiters
                     result = exc
-            try:
-                self.loop.call_soon_threadsafe(job.complete, result)
-            except RuntimeError:  # the loop is gone (interpreter shutdown): nobody is waiting
-                return
+            with self._finished_lock:
+                self._finished.append((job, result))
+                wake, self._report_pending = not self._report_pending, True
             # An idle worker must not keep its last job (and through it the slabs, the pool, or an
             # exception's traceback and the dataset) alive while it waits for the next one.
             del job, result
+            if wake:
+                try:
+                    self.loop.call_soon_threadsafe(self._report)
+                except RuntimeError:  # the loop is gone (interpreter shutdown): nobody is waiting
+                    return
+
+    def _report(self) -> None:
+        """On the loop: complete every job finished since the last report, in finishing order."""
+        with self._finished_lock:
+            done = list(self._finished)
+            self._finished.clear()
+            self._report_pending = False
+        for job, result in done:
+            job.complete(result)
 
 
 _CLOSED = "insitu: dataset closed before this chunk was decoded"

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -92,6 +94,7 @@ class Engine:
         self.pump = DecodePump(loop, decode_threads)
         self.scratch = ScratchBuffers()  # per decode thread: where streamed slabs decode
         self.inflight = asyncio.Semaphore(max_inflight)
+        self.fetches = FetchQueue(self, max_inflight)
         self.on_bad_chunk = on_bad_chunk
         self.stats = EngineStats()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -208,8 +211,9 @@ class ArrayLoader:
     def _dispatch(self, items: list[ReadItem], priority: int = 0) -> None:
         """Local files: read and decode in workers, several reads per job. Else: fetch each on the loop."""
         if not self.fetcher.reads_files:
+            fetches = self.engine.fetches
             for item in items:
-                self.engine.spawn(self._fetch_then_decode(item, priority))
+                fetches.put(priority, self, item)
             return
         self.stats.reads += len(items)
         pump = self.engine.pump
@@ -453,6 +457,53 @@ class ArrayLoader:
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
 MAX_ITEMS_PER_JOB = 8
+
+
+class FetchQueue:
+    """Whole-chunk GETs of remote stores in block order, served by ``workers`` long-lived tasks.
+
+    A task per GET cost the loop a task, its done callback and a set update per chunk; here a GET
+    is a heap push and a wake-up of an idle worker, and the chunks of the block the consumer
+    waits for go out before read-ahead ones queued earlier (lower ``priority`` first). Workers
+    start on the first GET, as engine tasks (cancelled with the engine); each still holds the
+    engine's ``max_inflight`` semaphore around its request, shared with shard and zarr reads.
+    """
+
+    def __init__(self, engine: Engine, workers: int) -> None:
+        self.engine = engine
+        self.workers = workers
+        self._heap: list[tuple[int, int, ArrayLoader, ReadItem]] = []
+        self._seq = itertools.count()
+        self._idle: list[asyncio.Future[None]] = []
+        self._started = False
+
+    def put(self, priority: int, loader: ArrayLoader, item: ReadItem) -> None:
+        """Queue one GET (on the loop)."""
+        heapq.heappush(self._heap, (priority, next(self._seq), loader, item))
+        if not self._started:
+            self._started = True
+            for _ in range(self.workers):
+                self.engine.spawn(self._work())
+        while self._idle:
+            waiter = self._idle.pop()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._heap:
+                waiter = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            priority, _, loader, item = heapq.heappop(self._heap)
+            try:
+                await loader._fetch_then_decode(item, priority)
+            except Exception as exc:  # a worker must outlive any one chunk; its waiters learn why
+                loader._fail_pieces(item, exc)
+            del loader, item  # an idle worker keeps nothing of its last chunk alive
 
 
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
