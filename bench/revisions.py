@@ -1,7 +1,7 @@
 """insitu at two git revisions, side by side on the same data: did a change cost throughput?
 
     python bench/revisions.py BASE [--cases c1 c8 c32 ...] [--conditions local latency]
-                              [--samples N] [--repeats N] [--block-samples N]
+                              [--samples N] [--repeats N] [--block-samples N] [--budget-mb BASE NEW]
 
 BASE (a commit, tag or branch) is checked out once into a git worktree under
 the work folder; every run is a fresh process of the suite's insitu runner
@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--block-samples", type=int, default=256, help="samples per shuffle block")
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument(
+        "--budget-mb",
+        nargs=2,
+        type=float,
+        metavar=("BASE", "NEW"),
+        help="cache_budget_bytes of each revision, in MB (-1: its default); e.g. each at its best cold setting",
+    )
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench")
     args = ap.parse_args(argv)
 
@@ -84,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                 case = cases[name]
                 tuning = tunings("insitu", case, cond, mode)[0]
                 tuning["block_chunks"] = max(1, args.block_samples // case.samples_per_chunk)
-                for label, path in revisions.items():
-                    spec = Spec(engine="insitu", case=case, store=store, seed=rep, tuning=tuning, warm=True)
+                for i, (label, path) in enumerate(revisions.items()):
+                    own = dict(tuning)
+                    if args.budget_mb is not None and args.budget_mb[i] >= 0:
+                        own["cache_budget_bytes"] = int(args.budget_mb[i] * 1e6)
+                    spec = Spec(engine="insitu", case=case, store=store, seed=rep, tuning=own, warm=True)
                     os.environ["PYTHONPATH"] = path
                     row = run_one(sys.executable, spec, runs_dir, f"{cond}-{name}-{label[:4]}-{rep}", 300)
                     rows.setdefault((cond, name, label), []).append(row)
