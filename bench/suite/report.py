@@ -65,7 +65,7 @@ CONDITION_TITLES = {
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 COLORS = {
     "insitu": "tab:blue",
-    "insitu_stream": "tab:cyan",
+    "insitu_stream": "midnightblue",
     "insitubatch": "tab:orange",
     "xbatcher": "tab:green",
     "workers": "tab:red",
