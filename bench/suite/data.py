@@ -155,6 +155,45 @@ BUCKET = "bench"
 CREDENTIALS = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench-secret"}
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a server started in its own session (killed if it does not stop in 10 s)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+class LoopbackServer:
+    """A server subprocess on a free loopback port, a context manager that always stops it."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LoopbackServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        stop_process(proc)
+
+
 NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
 NGINX_CONF = """
@@ -190,7 +229,7 @@ http {{
 """
 
 
-class HTTPServer:
+class HTTPServer(LoopbackServer):
     """nginx serving ``root`` on a free loopback port; ``/delayed/...`` answers after ``delay_ms``
     (a timer inside the server, so concurrent requests overlap their waits)."""
 
@@ -211,19 +250,10 @@ class HTTPServer:
             return f"no {NGINX_ECHO_MODULE} (apt-get install libnginx-mod-http-echo)"
         return None
 
-    def __enter__(self) -> HTTPServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         import tempfile
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="insitu-bench-nginx-"))
         conf = self.dir / "nginx.conf"
         conf.write_text(
@@ -256,14 +286,7 @@ class HTTPServer:
         self.log(f"http: nginx at {self.base}, {self.delay_ms:g} ms per request under /delayed/")
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        super().stop()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -273,7 +296,7 @@ class HTTPServer:
         return StoreSpec(kind="http", latency_ms=0.0, endpoint=f"{self.base}/delayed/{rel}")
 
 
-class S3Server:
+class S3Server(LoopbackServer):
     """moto's S3 server in a subprocess on a free loopback port; a context manager that always stops it."""
 
     def __init__(self, python: str = sys.executable, log: Any = print) -> None:
@@ -283,17 +306,8 @@ class S3Server:
         self.endpoint = ""
         self.uploaded: set[str] = set()
 
-    def __enter__(self) -> S3Server:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.proc = subprocess.Popen(
             [self.python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=subprocess.DEVNULL,
@@ -317,17 +331,6 @@ class S3Server:
             raise RuntimeError("moto server did not answer within 60 s")
         self._client().create_bucket(Bucket=BUCKET)
         self.log(f"s3: moto server at {self.endpoint}, bucket {BUCKET}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
     def _client(self) -> Any:
         import boto3

@@ -118,3 +118,26 @@ def open_local(request: pytest.FixtureRequest) -> StoreFactory:
     if request.param == "local":
         return lambda p: LocalStore(p, read_only=True)
     return lambda p: CountingStore(LocalStore(p, read_only=True))
+
+
+def finishes(work: Callable[[], Any], within_s: float = 60.0, hang: str = "a deadlock") -> Any:
+    """Run ``work`` in a thread; its result, or its exception re-raised, or a failure naming
+    ``hang`` if it is still running after ``within_s`` (far beyond what the work takes, even on a
+    loaded machine)."""
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = work()
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(within_s)
+    assert not t.is_alive(), f"still running after {within_s} s: {hang}"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]

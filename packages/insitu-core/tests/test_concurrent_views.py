@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import write_array
+from conftest import finishes, write_array
 from zarr.storage import LocalStore
 
 import insitu
@@ -38,22 +38,7 @@ def _dataset(root: Path, slabs: int) -> insitu.InSituDataset:
 
 
 def _finishes(work: Callable[[], Any]) -> Any:
-    """Run ``work`` in a thread; its result, its exception re-raised, or a failure if it hangs."""
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = work()
-        except BaseException as exc:
-            out["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(HANG_S)
-    assert not t.is_alive(), f"still running after {HANG_S} s: a deadlock"
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+    return finishes(work, HANG_S)
 
 
 def _check(batches: list[insitu.Batch], data: np.ndarray, expected: np.ndarray) -> None:

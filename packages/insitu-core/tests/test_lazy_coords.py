@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from conftest import finishes
 from zarr.storage import LocalStore, WrapperStore
 
 import insitu
@@ -47,21 +48,7 @@ class GatedStore(WrapperStore[Any]):
 
 
 def _finishes(work: Any) -> Any:
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = work()
-        except BaseException as exc:
-            out["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(HANG_S)
-    assert not t.is_alive(), "waited for coordinates that nothing needed"
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+    return finishes(work, HANG_S, hang="waited for coordinates that nothing needed")
 
 
 @pytest.fixture
