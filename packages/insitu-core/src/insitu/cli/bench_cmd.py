@@ -9,7 +9,8 @@ points run in rounds, each round in its own shuffled order, so drift of the
 machine spreads over all of them; a setting's repeats show how noisy the
 numbers are. The recommendation is the swept setting with the best median
 throughput, except that settings within the noise of the best count as tied
-and the one of them that needs the least pool memory wins.
+and the one of them that holds the least in flight wins (``need MiB``: the batch buffers of
+its read-ahead blocks and prefetch queue, ``iter(view).readahead_bytes``).
 
 Throughput is measured after the first batch (start-up is the TTFB column),
 over delivered sample bytes (MB = 10^6 bytes), as ``bench/`` measures it.
@@ -590,7 +591,7 @@ def _noise(summary: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def recommend(summary: Sequence[Mapping[str, Any]], tolerance: float) -> dict[str, Any] | None:
     """The recommended point: among the settings whose median throughput is within ``tolerance``
-    of the best, the one needing the least pool memory, then fewer decode threads, then fewer
+    of the best, the one holding the least in flight, then fewer decode threads, then fewer
     requests in flight, then the faster.
 
     The best's own spread widens the tolerance when it is larger: the top of several noisy
