@@ -193,6 +193,26 @@ class LoopbackServer:
         proc, self.proc = self.proc, None
         stop_process(proc)
 
+    def launch(self, cmd: list[str], url: str, *, within_s: float, exited: str) -> None:
+        """Start ``cmd`` in its own session and wait until ``url`` answers (any HTTP status counts);
+        ``exited`` is said if the process dies first, a timeout stops it and says so."""
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited with {self.proc.returncode} ({exited})")
+            try:
+                urllib.request.urlopen(url, timeout=1).read()
+                return
+            except urllib.error.HTTPError:
+                return  # it answers (nginx says 403 for a folder without an index)
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{cmd[0]} did not answer at {url} within {within_s:g} s")
+
 
 NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
@@ -261,28 +281,13 @@ class HTTPServer(LoopbackServer):
                 module=NGINX_ECHO_MODULE, dir=self.dir, port=port, delay_s=self.delay_ms / 1e3, root=self.root
             )
         )
-        self.proc = subprocess.Popen(
-            ["nginx", "-c", str(conf), "-p", str(self.dir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
         self.base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nginx exited with {self.proc.returncode}; see {self.dir}/error.log")
-            try:
-                urllib.request.urlopen(self.base + "/", timeout=1).read()
-            except urllib.error.HTTPError:
-                break  # it answers (a directory without an index is a 403)
-            except OSError:
-                time.sleep(0.1)
-            else:
-                break
-        else:
-            self.stop()
-            raise RuntimeError("nginx did not answer within 30 s")
+        self.launch(
+            ["nginx", "-c", str(conf), "-p", str(self.dir)],
+            self.base + "/",
+            within_s=30,
+            exited=f"see {self.dir}/error.log",
+        )
         self.log(f"http: nginx at {self.base}, {self.delay_ms:g} ms per request under /delayed/")
 
     def stop(self) -> None:
@@ -308,27 +313,13 @@ class S3Server(LoopbackServer):
 
     def start(self) -> None:
         port = free_port()
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
         self.endpoint = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"moto server exited with {self.proc.returncode} (is moto[server] installed?)"
-                )
-            try:
-                urllib.request.urlopen(self.endpoint, timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            self.stop()
-            raise RuntimeError("moto server did not answer within 60 s")
+        self.launch(
+            [self.python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            self.endpoint,
+            within_s=60,
+            exited="is moto[server] installed?",
+        )
         self._client().create_bucket(Bucket=BUCKET)
         self.log(f"s3: moto server at {self.endpoint}, bucket {BUCKET}")
 
