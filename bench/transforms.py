@@ -82,7 +82,7 @@ import zarr
 
 import insitu
 import insitu_transforms
-from insitu.codecs import numcodecs_decoder
+from insitu.store.codecs import numcodecs_decoder
 from insitu_transforms import Grid, RandomCrop, Regrid, check_transform
 from insitu_transforms.regrid import cache as weight_cache
 from insitu_transforms.regrid.weights import weights_key

@@ -10,7 +10,7 @@ batches; a batch transform turns each batch into per-pixel features.
     python examples/train_era5.py --framework torch --epochs 6
     python examples/train_era5.py --path era5.zarr --n-time 8760 --lat 181 --lon 360
 
-The store is built with ``insitu.synthetic.make_era5_like`` (in a temporary
+The store is built with ``insitu.testing.synthetic.make_era5_like`` (in a temporary
 folder unless ``--path`` names one; an existing store there is reused).
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 import zarr
 
 import insitu
-from insitu.synthetic import make_era5_like
+from insitu.testing.synthetic import make_era5_like
 
 INPUTS = ("t2m", "u10", "v10")
 FEATURES = (

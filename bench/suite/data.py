@@ -1,7 +1,7 @@
 """The benchmark's datasets and its loopback S3 server.
 
 Every case is a zarr v3 group of ERA5-like float32 fields (``time, lat, lon``,
-coordinates included, zstd) as ``insitu.synthetic.make_era5_like`` writes them.
+coordinates included, zstd) as ``insitu.testing.synthetic.make_era5_like`` writes them.
 Simulating the fields costs far more than writing them, so the four-variable
 ``multivar`` group is generated once and the single-variable cases are copied
 out of it with their own chunking (same values, same metadata); ``window``
@@ -103,7 +103,7 @@ def _build(name: str, root: Path, n_samples: int, source: Path | None) -> None:
     shutil.rmtree(root, ignore_errors=True)
     layout = CASES[name]
     if source is None:
-        from insitu.synthetic import make_era5_like
+        from insitu.testing.synthetic import make_era5_like
 
         make_era5_like(
             root,

@@ -27,7 +27,7 @@ import numpy as np
 from zarr.storage import LocalStore
 
 import insitu
-from insitu.faults import FaultInjectingStore, FaultPlan
+from insitu.testing.faults import FaultInjectingStore, FaultPlan
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -90,7 +90,7 @@ def write_array(
 @pytest.fixture
 def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A plugin registry rebuilt from scratch, with no plugin-loading env vars set."""
-    from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, reset_registry
+    from insitu.plugins.registry import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, reset_registry
 
     monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
     monkeypatch.delenv(BLOCK_ENV, raising=False)

@@ -11,7 +11,7 @@ from zarr.storage import LocalStore
 
 import insitu
 from insitu.errors import BadChunkError
-from insitu.fetch import RetryPolicy
+from insitu.store.retry import RetryPolicy
 
 
 def _setup(tmp_path: Path, **faults) -> tuple[FaultyStore, np.ndarray, insitu.SplitManifest]:

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from insitu.buffers import ALIGN, BufferPool
+from insitu.engine.buffers import ALIGN, BufferPool
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (4, 1 << 18)])  # below and above the pooling threshold

@@ -18,7 +18,7 @@ from zarr.storage import LocalStore
 
 import insitu
 from insitu.errors import CacheInUseError, StaleCacheError
-from insitu.faults import FaultInjectingStore
+from insitu.testing.faults import FaultInjectingStore
 
 N = 96
 

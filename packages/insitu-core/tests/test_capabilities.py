@@ -12,7 +12,7 @@ import pytest
 import zarr
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
-from insitu.capabilities import (
+from insitu.store.capabilities import (
     ByteRangeReads,
     IdentifiedStore,
     MultiRangeReads,
@@ -23,7 +23,8 @@ from insitu.capabilities import (
     object_version,
     store_identity,
 )
-from insitu.fetch import ChunkFetcher, RetryPolicy
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.retry import RetryPolicy
 
 
 def _local(tmp_path: Path) -> LocalStore:
@@ -101,7 +102,7 @@ def test_identity_comes_from_the_store_or_its_location(tmp_path: Path) -> None:
 
 
 def test_the_cache_names_stores_with_the_same_function() -> None:
-    from insitu import cache
+    from insitu.engine import cache
 
     assert cache.store_identity is store_identity
 
@@ -121,7 +122,7 @@ def test_a_store_without_versions_says_so() -> None:
 
 
 def test_the_identity_of_an_unknown_store_hides_credentials_its_str_shows() -> None:
-    from insitu.capabilities import store_identity
+    from insitu.store.capabilities import store_identity
 
     class Shows:  # a third-party store that names itself by its URL
         def __str__(self) -> str:

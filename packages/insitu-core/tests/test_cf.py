@@ -15,7 +15,7 @@ import pytest
 xr = pytest.importorskip("xarray")
 import zarr  # noqa: E402  (after the skip: the module needs xarray as its reference)
 
-from insitu.cf import (  # noqa: E402
+from insitu.arrays.cf import (  # noqa: E402
     CFDecode,
     CFEncoding,
     CFTimeError,

@@ -16,8 +16,8 @@ from conftest import CountingStore, field, write_array
 from zarr.storage import LocalStore
 
 import insitu
+from insitu.arrays.transforms import transform_fingerprint
 from insitu.errors import ConfigError, StaleCacheError
-from insitu.transforms import transform_fingerprint
 
 
 class HalfFloat:

@@ -16,8 +16,8 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, WrapperStore
 
 from insitu.batch import Batch
-from insitu.fetch import RetryPolicy
-from insitu.stores import open_store
+from insitu.store.opener import open_store
+from insitu.store.retry import RetryPolicy
 from insitu.testing import AdapterConformance, StoreConformance, TransformConformance
 
 # --- built-in stores -------------------------------------------------------
@@ -180,7 +180,7 @@ class _CapableStore(WrapperStore[Store]):
         return f"{where}#{id(self)}" if self.bug == "identity_per_open" else where
 
     async def insitu_object_version(self, key: str) -> str | None:
-        from insitu.capabilities import local_file_version
+        from insitu.store.capabilities import local_file_version
 
         version = local_file_version(Path(str(self._store.root)) / key)  # type: ignore[attr-defined]
         return "v1" if version is not None and self.bug == "version_ignores_bytes" else version

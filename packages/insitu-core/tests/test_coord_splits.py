@@ -20,7 +20,7 @@ from zarr.storage import LocalStore
 
 import insitu
 from insitu.errors import ConfigError
-from insitu.order import epoch_order
+from insitu.plan.order import epoch_order
 
 HOUR = np.timedelta64(1, "h")
 

@@ -41,7 +41,7 @@ from zarr.storage import LocalStore
 
 import insitu
 from insitu.errors import ConfigError
-from insitu.faults import FaultInjectingStore, FaultPlan, Latency
+from insitu.testing.faults import FaultInjectingStore, FaultPlan, Latency
 
 SAMPLE_SHAPE = (3, 2)  # the non-sample dimensions of every array
 CODECS = ("zstd", "raw", "zarr")

@@ -19,9 +19,9 @@ from zarr.storage import LocalStore, MemoryStore
 
 import insitu
 from insitu.errors import BadChunkError
-from insitu.faults import FaultInjectingStore, FaultPlan, Latency, Rewrite, faults_store
-from insitu.fetch import RetryPolicy
+from insitu.store.retry import RetryPolicy
 from insitu.testing import StoreConformance
+from insitu.testing.faults import FaultInjectingStore, FaultPlan, Latency, Rewrite, faults_store
 
 T = TypeVar("T")
 N_KEYS = 2000

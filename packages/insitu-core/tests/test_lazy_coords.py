@@ -16,7 +16,7 @@ from conftest import finishes
 from zarr.storage import LocalStore, WrapperStore
 
 import insitu
-from insitu.loop import get_loop
+from insitu.store.loop import get_loop
 
 HANG_S = 60
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import insitu
-from insitu.exports import EXPORTS, resolve_export
-from insitu.hookspecs import ENTRY_POINT_GROUP
-from insitu.plugins import BLOCK_ENV, DISABLE_AUTOLOAD_ENV
+from insitu.plugins.exports import EXPORTS, resolve_export
+from insitu.plugins.hookspecs import ENTRY_POINT_GROUP
+from insitu.plugins.registry import BLOCK_ENV, DISABLE_AUTOLOAD_ENV
 from insitu.testing import temporary_plugin, write_plugin_distribution
 
 HEAVY_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "keras", "cupy", "kvikio")
@@ -24,7 +24,7 @@ SRC = Path(insitu.__file__).resolve().parent.parent
 # A plugin written the recommended way: the framework import lives inside the
 # registered callable, so registering it costs nothing.
 LAZY_PLUGIN = """
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 def as_fake_tensor(view):
     import torch  # only when used
@@ -38,10 +38,10 @@ def insitu_register_adapters(register):
 PROBE = """
 import json, sys
 import insitu
-import insitu.exports, insitu.plugins, insitu.stores
+import insitu.plugins.exports, insitu.plugins.registry, insitu.store.opener
 plugin_imported_by_import = {module!r} in sys.modules
-registry = insitu.plugins.get_registry()
-for kind in insitu.plugins.KINDS:
+registry = insitu.plugins.registry.get_registry()
+for kind in insitu.plugins.registry.KINDS:
     registry.entries(kind)
 print(json.dumps({{
     "heavy": sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r}),
@@ -86,7 +86,7 @@ def test_unknown_root_name_is_an_attribute_error() -> None:
 
 def test_installed_plugin_serves_the_root_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = """
-    from insitu.hookspecs import hookimpl
+    from insitu.plugins.hookspecs import hookimpl
 
     def as_torch(view):
         return ("adapted", view)

@@ -295,7 +295,7 @@ def _collected(refs: list[weakref.ref[Any]], tries: int = 500) -> bool:
 
 
 def test_a_dataset_collected_on_the_engine_loop_thread_releases_its_threads(root: Path) -> None:
-    from insitu.loop import get_loop
+    from insitu.store.loop import get_loop
 
     before = {t.ident for t in threading.enumerate()}
     ds = _dataset(root)

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from insitu.geometry import ArrayGeometry
-from insitu.memory import populate_for_write
-from insitu.pool import allocate_arena
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.engine.pool import allocate_arena
+from insitu.plan.memory import populate_for_write
 
 
 def _mapping_of(addr: int) -> str:

@@ -14,8 +14,8 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore
 
-from insitu.plugins import PluginNotFoundError
-from insitu.stores import UnknownSchemeError, open_store, redact_text, redact_url, url_secrets
+from insitu.plugins.registry import PluginNotFoundError
+from insitu.store.opener import UnknownSchemeError, open_store, redact_text, redact_url, url_secrets
 from insitu.testing import temporary_plugin
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
@@ -154,7 +154,7 @@ def test_invalid_mode_is_rejected(local_zarr: tuple[Path, np.ndarray]) -> None:
 
 RECORDING_PLUGIN = """
 from zarr.storage import MemoryStore
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 CALLS = []
 
@@ -233,7 +233,7 @@ def test_a_malformed_url_hides_its_credentials() -> None:
 
 LEAKY_PLUGIN = """
 import errno
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 def quotes_the_url(url, **options):
     try:

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import insitu
-from insitu.geometry import ArrayGeometry
-from insitu.order import epoch_order, order_with_runs
-from insitu.plan import EpochPlan, plan_epoch
-from insitu.splits import SplitManifest, split_by_chunk
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.plan.order import epoch_order, order_with_runs
+from insitu.plan.reads import EpochPlan, plan_epoch
+from insitu.plan.splits import SplitManifest, split_by_chunk
 
 
 def geom(name: str, n: int, c: int, offset: int = 0) -> ArrayGeometry:

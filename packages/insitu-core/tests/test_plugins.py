@@ -10,7 +10,7 @@ import pluggy
 import pytest
 from zarr.storage import LocalStore, MemoryStore
 
-from insitu.plugins import (
+from insitu.plugins.registry import (
     BLOCK_ENV,
     DISABLE_AUTOLOAD_ENV,
     DuplicatePluginError,
@@ -18,12 +18,12 @@ from insitu.plugins import (
     PluginWarning,
     get_registry,
 )
-from insitu.stores import open_store
+from insitu.store.opener import open_store
 from insitu.testing import assert_entry_point, assert_registers, plugin_registrations, temporary_plugin
 
 GOOD_PLUGIN = """
 from zarr.storage import MemoryStore
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 CALLS = []
 
@@ -115,7 +115,7 @@ def test_plugin_that_fails_to_import_warns_and_is_skipped(tmp_path: Path) -> Non
 
 def test_hook_that_raises_warns_and_its_registrations_are_dropped(tmp_path: Path) -> None:
     source = """
-    from insitu.hookspecs import hookimpl
+    from insitu.plugins.hookspecs import hookimpl
 
     @hookimpl
     def insitu_register_stores(register):
@@ -139,7 +139,7 @@ def test_hook_that_raises_warns_and_its_registrations_are_dropped(tmp_path: Path
 
 def test_misspelled_hook_fails_loudly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = """
-    from insitu.hookspecs import hookimpl
+    from insitu.plugins.hookspecs import hookimpl
 
     @hookimpl
     def insitu_register_store(register):
@@ -155,7 +155,7 @@ def test_misspelled_hook_fails_loudly(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_duplicate_names_raise_naming_both_providers(tmp_path: Path) -> None:
     source = """
-    from insitu.hookspecs import hookimpl
+    from insitu.plugins.hookspecs import hookimpl
 
     @hookimpl
     def insitu_register_stores(register):
@@ -202,7 +202,7 @@ def test_unknown_kind_is_rejected() -> None:
 
 SCHEME_PLUGIN = """
 from zarr.storage import MemoryStore
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 def builder(url, *, read_only=True):
     store = MemoryStore(read_only=read_only)
@@ -251,7 +251,7 @@ def test_plugin_registrations_raise_hook_failures_for_plugin_authors() -> None:
 
 def test_hook_with_wrong_signature_fails_loudly(tmp_path: Path) -> None:
     source = """
-    from insitu.hookspecs import hookimpl
+    from insitu.plugins.hookspecs import hookimpl
 
     @hookimpl
     def insitu_register_stores(registry):

@@ -101,7 +101,7 @@ def test_the_auto_budget_caches_a_dataset_that_fits(tmp_path: Path) -> None:
 
 
 def test_the_auto_budget_is_a_quarter_of_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from insitu import budget
+    from insitu.plan import budget
 
     monkeypatch.setattr(budget, "available_memory", lambda: 4 << 20)
     assert budget.auto_budget({"x": 3 << 20}) == 1 << 20  # the dataset does not fit: a quarter

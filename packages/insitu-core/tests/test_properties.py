@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from insitu.geometry import ArrayGeometry
-from insitu.order import epoch_order
-from insitu.plan import plan_epoch
-from insitu.splits import split_by_chunk
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.plan.order import epoch_order
+from insitu.plan.reads import plan_epoch
+from insitu.plan.splits import split_by_chunk
 
 
 def geom(n: int, c: int, offset: int = 0) -> ArrayGeometry:

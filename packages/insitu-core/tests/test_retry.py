@@ -15,8 +15,9 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.storage import MemoryStore, WrapperStore
 
 import insitu
-from insitu.capabilities import RetriesItself
-from insitu.fetch import ChunkFetcher, RetryPolicy, call_with_retries
+from insitu.store.capabilities import RetriesItself
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.retry import RetryPolicy, call_with_retries
 from insitu.testing import is_chunk_key
 
 QUICK = RetryPolicy(retries=3, backoff_s=0.001, max_backoff_s=0.002)

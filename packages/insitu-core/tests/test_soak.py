@@ -31,7 +31,7 @@ from zarr.storage import LocalStore
 
 import insitu
 from insitu.errors import CacheInUseError
-from insitu.faults import FAULT_KINDS, FaultInjectingStore, FaultPlan, Latency
+from insitu.testing.faults import FAULT_KINDS, FaultInjectingStore, FaultPlan, Latency
 
 WORKER = Path(__file__).with_name("_soak_worker.py")
 N = 384

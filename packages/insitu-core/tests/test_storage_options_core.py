@@ -10,14 +10,14 @@ import pytest
 from zarr.storage import LocalStore
 
 from insitu import ConfigError
-from insitu.stores import open_store
+from insitu.store.opener import open_store
 from insitu.testing import temporary_plugin
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 PLUGIN = """
 from zarr.storage import MemoryStore
-from insitu.hookspecs import hookimpl
+from insitu.plugins.hookspecs import hookimpl
 
 CALLS = []
 

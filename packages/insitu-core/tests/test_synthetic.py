@@ -7,7 +7,7 @@ import pytest
 import zarr
 from zarr.storage import MemoryStore
 
-from insitu.synthetic import ERA5_VARIABLES, make_era5_like, make_linear_regression
+from insitu.testing.synthetic import ERA5_VARIABLES, make_era5_like, make_linear_regression
 
 SMALL = {"n_time": 48, "shape": (8, 16), "chunks_time": 12}
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import field, write_array
 
 import insitu
-from insitu.geometry import ArrayGeometry
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.transform_config import transform_from_config
 
 

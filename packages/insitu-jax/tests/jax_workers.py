@@ -20,7 +20,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
 import insitu
-from insitu.synthetic import make_linear_regression
+from insitu.testing.synthetic import make_linear_regression
 
 N_SAMPLES = 512
 CHUNK = 16  # samples per chunk: 32 chunks

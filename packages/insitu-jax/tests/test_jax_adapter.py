@@ -18,8 +18,8 @@ from zarr.storage import MemoryStore
 
 import insitu
 from insitu.batch import Batch
-from insitu.synthetic import make_linear_regression
 from insitu.testing import AdapterConformance, BatchSource, assert_entry_point, assert_registers, make_batches
+from insitu.testing.synthetic import make_linear_regression
 from insitu_jax import JaxIterator, global_batch_sharding, jax_iterator, to_jax
 
 # Without jax_enable_x64, JAX stores int64 as int32; the kit checks dtypes jax keeps as they are.

@@ -17,8 +17,9 @@ import zarr
 from s3_servers import ACCESS_KEY, SECRET_KEY, Fault, FaultProxy, S3Server, run
 
 import insitu
-from insitu.capabilities import RetriesItself
-from insitu.fetch import ChunkFetcher, RetryPolicy
+from insitu.store.capabilities import RetriesItself
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.retry import RetryPolicy
 from insitu_stores import (
     StoreConfigurationError,
     StoreError,

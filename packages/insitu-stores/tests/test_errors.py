@@ -16,8 +16,9 @@ from s3_servers import ACCESS_KEY, SECRET_KEY, Fault, FaultProxy, S3Server, run
 from zarr.buffer import default_buffer_prototype
 
 import insitu
-from insitu.capabilities import RetriesItself
-from insitu.fetch import ChunkFetcher, RetryPolicy
+from insitu.store.capabilities import RetriesItself
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.retry import RetryPolicy
 from insitu_stores import (
     NotAnImageError,
     StoreError,

@@ -18,7 +18,7 @@ from zarr.storage import FsspecStore, ObjectStore
 
 import insitu
 import insitu_stores
-from insitu.plugins import get_registry
+from insitu.plugins.registry import get_registry
 from insitu.testing import assert_entry_point, plugin_registrations
 from insitu_stores import FsspecLoopStore, ObstoreStore, fsspec_store, obstore_store
 
@@ -156,7 +156,7 @@ def test_backend_overrides_the_default(s3: S3Server, bucket: str) -> None:
 def test_loading_the_plugin_imports_no_backend() -> None:
     # insitu loads every plugin on the first open, local paths included: that must stay cheap.
     code = (
-        "import sys, insitu.plugins as p; p.get_registry(); "
+        "import sys, insitu.plugins.registry as p; p.get_registry(); "
         "print(sorted(m for m in sys.modules if m.startswith('insitu_stores')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -183,7 +183,7 @@ def test_open_store_dispatches_through_registry(local_store: tuple[str, np.ndarr
 def test_importing_the_plugin_imports_no_optional_backend() -> None:
     code = (
         "import sys, insitu, insitu_stores, insitu_stores.plugin; "
-        "insitu.plugins.get_registry().entries('stores'); "
+        "insitu.plugins.registry.get_registry().entries('stores'); "
         "print(sorted(m for m in ('icechunk', 'arraylake', 'virtualizarr', 'astropy', 's3fs', 'kerchunk', 'h5py') "
         "if m in sys.modules))"
     )

@@ -19,7 +19,7 @@ import pytest
 from s3_servers import Fault, FaultProxy, S3Server
 
 import insitu
-from insitu.fetch import RetryPolicy
+from insitu.store.retry import RetryPolicy
 from insitu_stores import (
     StoreError,
     StorePermissionError,

@@ -15,8 +15,8 @@ from zarr.storage import MemoryStore
 
 import insitu
 from insitu.batch import Batch
-from insitu.synthetic import make_linear_regression
 from insitu.testing import AdapterConformance, BatchSource, assert_entry_point, assert_registers, make_batches
+from insitu.testing.synthetic import make_linear_regression
 from insitu_tf import AUTOTUNE, as_tf_dataset, consumed_state, dataset_fn, rank_view
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from zarr.storage import LocalStore
 
 import insitu
-from insitu.synthetic import make_linear_regression
+from insitu.testing.synthetic import make_linear_regression
 
 N_SAMPLES = 512
 CHUNK = 16

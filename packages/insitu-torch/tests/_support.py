@@ -23,7 +23,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
 import insitu
-from insitu.synthetic import make_linear_regression
+from insitu.testing.synthetic import make_linear_regression
 
 # 19 chunks of 16 samples, the last one half full: ranks get uneven sample counts.
 N_SAMPLES = 296

@@ -12,10 +12,10 @@ import pytest
 import zarr
 
 import insitu
+from insitu.arrays.transforms import output_spec, transform_fingerprint
 from insitu.batch import Batch
 from insitu.errors import ConfigError
 from insitu.testing import TransformConformance
-from insitu.transforms import output_spec, transform_fingerprint
 from insitu_transforms.chunk import Cast, FillNaN, NanToNum
 from insitu_transforms.coarsen import Coarsen
 from insitu_transforms.compose import Compose, ComposeBatch

@@ -60,7 +60,7 @@ def test_loading_the_plugin_imports_no_transform_module() -> None:
     """The registry loads this plugin on every first open_store: scipy (Regrid) must wait for use."""
     code = (
         "import sys, insitu; insitu.open_store('memory://lazy', mode='w'); "
-        "from insitu.plugins import get_registry; get_registry().entries('transforms'); "
+        "from insitu.plugins.registry import get_registry; get_registry().entries('transforms'); "
         "print(sorted(m for m in sys.modules if m.startswith(('scipy', 'insitu_transforms.'))))"
     )
     out = subprocess.run(

@@ -11,10 +11,10 @@ import pytest
 import zarr
 
 import insitu
+from insitu.arrays.transforms import output_spec
 from insitu.batch import Batch
 from insitu.errors import ConfigError
 from insitu.testing import TransformConformance
-from insitu.transforms import output_spec
 from insitu_transforms.crop import Crop, RandomCrop, uniform_draws
 
 DIMS = ("latitude", "longitude")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from insitu.arrays.discovery import Geometries, open_geometries, select
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
-from insitu.discovery import Geometries, open_geometries, select
 from insitu.errors import (
     BadChunkError,
     CacheInUseError,
@@ -22,11 +23,10 @@ from insitu.errors import (
     InSituError,
     StaleCacheError,
 )
-from insitu.fetch import RetryPolicy
-from insitu.geometry import ArrayGeometry
+from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.sources import BatchedView
-from insitu.splits import SplitManifest, split_by_chunk, split_by_coord
-from insitu.stores import open_store
+from insitu.store.opener import open_store
+from insitu.store.retry import RetryPolicy
 from insitu.transform_config import transform_from_config
 from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
 
@@ -64,7 +64,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    from insitu.exports import EXPORTS, resolve_export
+    from insitu.plugins.exports import EXPORTS, resolve_export
 
     if name in EXPORTS:
         return resolve_export(name)
@@ -72,6 +72,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    from insitu.exports import EXPORTS
+    from insitu.plugins.exports import EXPORTS
 
     return sorted(set(__all__) | set(EXPORTS))

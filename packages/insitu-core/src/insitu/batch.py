@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from insitu.lazycoords import LazyValues, resolve
+from insitu.arrays.lazycoords import LazyValues, resolve
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,7 +31,7 @@ class Batch(Mapping[str, np.ndarray]):
     index: int = 0
     valid: np.ndarray | None = None  # with uneven="pad": False for padding rows; None: all rows real
     sample_dim: str | None = None  # name of the sample dimension, when the arrays name theirs
-    # Its values for every sample index (maybe still being read: see insitu.lazycoords).
+    # Its values for every sample index (maybe still being read: see insitu.arrays.lazycoords).
     sample_coord: np.ndarray | LazyValues | None = field(default=None, repr=False)
 
     @property

@@ -1,6 +1,6 @@
 """Core's built-in plugin, registered through the same path as third-party plugins.
 
-It is listed in ``insitu.plugins.BUILTIN_PLUGINS``, so it loads even with
+It is listed in ``insitu.plugins.registry.BUILTIN_PLUGINS``, so it loads even with
 ``INSITU_DISABLE_PLUGIN_AUTOLOAD=1``.
 """
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from insitu.hookspecs import RegisterCommand, RegisterDecoder, RegisterStore, hookimpl
-from insitu.stores import SCHEME_PACKAGES, local_store, memory_store
+from insitu.plugins.hookspecs import RegisterCommand, RegisterDecoder, RegisterStore, hookimpl
+from insitu.store.opener import SCHEME_PACKAGES, local_store, memory_store
 
 
 @hookimpl
 def insitu_register_stores(register: RegisterStore) -> None:
     """Plain paths and ``file://`` URLs (LocalStore), ``memory://name`` (MemoryStore), and
-    ``faults+<scheme>://`` (a fault-injecting wrapper for reliability drills, ``insitu.faults``)."""
+    ``faults+<scheme>://`` (a fault-injecting wrapper for reliability drills, ``insitu.testing.faults``)."""
     # default=True: a plugin that also serves "file" never takes over local paths
     # unless the user asks for it with open_store(..., backend=name).
     register("local", local_store, schemes=("file", ""), default=True)
@@ -28,8 +28,8 @@ def insitu_register_stores(register: RegisterStore) -> None:
 
 
 def _faults_store(url: str, **options: Any) -> Any:
-    """``insitu.faults.faults_store``, imported on first use."""
-    from insitu.faults import faults_store
+    """``insitu.testing.faults.faults_store``, imported on first use."""
+    from insitu.testing.faults import faults_store
 
     return faults_store(url, **options)
 
@@ -37,7 +37,7 @@ def _faults_store(url: str, **options: Any) -> Any:
 @hookimpl
 def insitu_register_decoders(register: RegisterDecoder) -> None:
     """Direct numcodecs decoding into pool slots (arrays with other codecs are read through zarr)."""
-    from insitu.codecs import numcodecs_decoder
+    from insitu.store.codecs import numcodecs_decoder
 
     register("numcodecs", numcodecs_decoder)
 

@@ -21,17 +21,16 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from insitu.arrays.discovery import open_geometries
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.lazycoords import LazyCoords, LazyValues
+from insitu.arrays.statics import read_statics, static_spec
+from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.batch import Batch
-from insitu.budget import auto_budget, dataset_bytes, slots_per_array
-from insitu.discovery import open_geometries
+from insitu.engine.gather import BatchTransform, Gatherer
+from insitu.engine.loader import Engine
+from insitu.engine.pool import ArrayPool, ChunkPool, allocate_arena
 from insitu.errors import ConfigError, DatasetClosedError
-from insitu.fetch import RetryPolicy
-from insitu.gather import BatchTransform, Gatherer
-from insitu.geometry import ArrayGeometry
-from insitu.lazycoords import LazyCoords, LazyValues
-from insitu.loader import Engine
-from insitu.loop import get_loop, in_loop_thread, loop_exited, run_sync
-from insitu.memory import without_hugepage_hint
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
     BadChunkPolicy,
@@ -40,15 +39,16 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.order import order_with_runs
-from insitu.plan import EpochPlan, plan_epoch
-from insitu.pool import ArrayPool, ChunkPool, allocate_arena
-from insitu.splits import SplitManifest
-from insitu.statics import read_statics, static_spec
+from insitu.plan.budget import auto_budget, dataset_bytes, slots_per_array
+from insitu.plan.memory import without_hugepage_hint
+from insitu.plan.order import order_with_runs
+from insitu.plan.reads import EpochPlan, plan_epoch
+from insitu.plan.splits import SplitManifest
 from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
+from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
+from insitu.store.retry import RetryPolicy
 from insitu.transform_config import bind_to_array, transforms_from_config
-from insitu.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
 
 logger = logging.getLogger("insitu")
@@ -123,7 +123,7 @@ class InSituDataset:
                 raise ConfigError(f"batch transform {t!r} is not callable")
 
         if not isinstance(store, Store):  # a path or URL; anything else is refused by name there
-            from insitu.stores import open_store
+            from insitu.store.opener import open_store
 
             store = open_store(store)
         self.store = store
@@ -183,7 +183,7 @@ class InSituDataset:
         slots = slots_per_array(arrays, specs, budget, need)
         self._cache = None
         if self.cache_options.cache_dir is not None:
-            from insitu.cache import PersistentCache
+            from insitu.engine.cache import PersistentCache
 
             self._cache = PersistentCache(self.cache_options, store, arrays, specs, slots, transforms)
             arenas = self._cache.arenas
@@ -205,7 +205,7 @@ class InSituDataset:
             error_fills=error_fills,
         )
         self.sample_dim = _sample_dim(self.labels)
-        # The sample coordinate as batches carry it: maybe still being read (insitu.lazycoords).
+        # The sample coordinate as batches carry it: maybe still being read (insitu.arrays.lazycoords).
         values = (
             self._sample_values(self.labels[0].coords, self.sample_dim)
             if self.sample_dim is not None
@@ -652,7 +652,7 @@ def _with_cf_decoding(
     """Each array's chain (by array path) with CF decoding first where the array carries CF
     attributes and it is not turned off, and the raw value that marks a bad chunk so that decoding
     makes it NaN."""
-    from insitu.cf import cf_transform_for
+    from insitu.arrays.cf import cf_transform_for
 
     if isinstance(cf_decode, Mapping):
         bad = {k: v for k, v in cf_decode.items() if not isinstance(v, (bool, np.bool_))}

@@ -19,7 +19,7 @@ import numpy as np
 from insitu.errors import ConfigError
 
 #: The default ``cache_budget_bytes``: the whole dataset when it fits in a quarter of the memory
-#: available, else that quarter (see :func:`insitu.budget.auto_budget`).
+#: available, else that quarter (see :func:`insitu.plan.budget.auto_budget`).
 DEFAULT_CACHE_BUDGET = "auto"
 
 

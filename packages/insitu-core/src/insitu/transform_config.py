@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
-from insitu.plugins import get_registry
+from insitu.plugins.registry import get_registry
 
 
 def transform_from_config(config: Mapping[str, Any] | Any) -> Any:

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from insitu.batch import Batch
-from insitu.epoch import END, EpochRun
+from insitu.engine.epoch import END, EpochRun
 from insitu.errors import ConfigError, DatasetClosedError
-from insitu.loop import in_loop_thread, submit
 from insitu.options import BadChunkPolicy, check_rank
-from insitu.order import ORDER_VERSION
-from insitu.plan import EpochPlan
+from insitu.plan.order import ORDER_VERSION
+from insitu.plan.reads import EpochPlan
 from insitu.progress import Progress, track
 from insitu.stats import PassReport, Stats, difference
+from insitu.store.loop import in_loop_thread, submit
 
 if TYPE_CHECKING:
     from insitu.dataset import InSituDataset

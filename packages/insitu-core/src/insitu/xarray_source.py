@@ -23,10 +23,10 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from insitu.discovery import Geometries, open_geometries, select
+from insitu.arrays.discovery import Geometries, open_geometries, select
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
-from insitu.splits import SplitManifest, split_by_chunk
+from insitu.plan.splits import SplitManifest, split_by_chunk
 
 _CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 
@@ -96,7 +96,7 @@ def from_xarray(
     from insitu.dataset import InSituDataset
 
     if isinstance(ds, (str, os.PathLike)):
-        from insitu.stores import open_store
+        from insitu.store.opener import open_store
 
         store = open_store(ds)
         geoms = open_geometries(store, variables, sample_dim)
@@ -146,7 +146,7 @@ def register_xarray_accessor() -> None:
 
 def _manifest(ref: ArrayGeometry, splits: Any) -> SplitManifest:
     if isinstance(splits, Mapping):
-        from insitu.splits import split_by_coord
+        from insitu.plan.splits import split_by_coord
 
         return split_by_coord(ref, splits)
     return split_by_chunk(ref, splits)

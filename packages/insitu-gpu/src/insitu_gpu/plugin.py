@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import RegisterDevice, hookimpl
+from insitu.plugins.hookspecs import RegisterDevice, hookimpl
 from insitu_gpu.device import cupy_device
 
 

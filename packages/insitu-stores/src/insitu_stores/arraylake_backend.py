@@ -19,8 +19,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from insitu.fetch import RetryPolicy
-from insitu.stores import redact_url
+from insitu.store.opener import redact_url
+from insitu.store.retry import RetryPolicy
 from insitu_stores.errors import Redactor, StoreError, StorePermissionError, StoreTimeoutError, first_line
 from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES

@@ -247,7 +247,7 @@ class CloudSetup:
 
     ``endpoint`` is the server the client talks to (``None``: the cloud's
     own), as given, so it may hold credentials: show it through
-    ``insitu.stores.redact_url``.
+    ``insitu.store.opener.redact_url``.
     """
 
     service: str

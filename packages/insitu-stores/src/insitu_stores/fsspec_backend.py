@@ -9,7 +9,7 @@ hangs once the first loop is busy or gone). Synchronous filesystems (local
 files) are wrapped by zarr and shared.
 
 The store makes one attempt per call and leaves retrying to insitu's engine,
-the single owner of retries (``insitu.fetch.ChunkFetcher``, under the
+the single owner of retries (``insitu.store.fetch.ChunkFetcher``, under the
 dataset's ``RetryPolicy``): fsspec filesystems offer no retry setting that can
 follow a policy (s3fs and botocore take an attempt count but fix their own
 backoff, gcsfs likewise, HTTP has none), so their own retries are turned down
@@ -43,8 +43,8 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.storage import FsspecStore
 
 from insitu.errors import ConfigError
-from insitu.fetch import RetryPolicy
-from insitu.stores import redact_url
+from insitu.store.opener import redact_url
+from insitu.store.retry import RetryPolicy
 from insitu_stores.cloud import GCLOUD_ADC, credentials_hint, env_secrets
 from insitu_stores.errors import (
     Redactor,

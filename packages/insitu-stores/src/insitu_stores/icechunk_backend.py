@@ -26,8 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
-from insitu.fetch import RetryPolicy
-from insitu.stores import redact_url
+from insitu.store.opener import redact_url
+from insitu.store.retry import RetryPolicy
 from insitu_stores.errors import (
     Redactor,
     StoreError,

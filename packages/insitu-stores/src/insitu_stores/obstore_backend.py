@@ -56,8 +56,8 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.storage import ObjectStore
 
 from insitu.errors import ConfigError
-from insitu.fetch import RetryPolicy
-from insitu.stores import redact_url
+from insitu.store.opener import redact_url
+from insitu.store.retry import RetryPolicy
 from insitu_stores.cloud import (
     CloudSetup,
     allow_http_hint,

@@ -15,8 +15,8 @@ builder is imported when it is first called.
 
 from __future__ import annotations
 
-from insitu.hookspecs import RegisterStore, hookimpl
-from insitu.plugins import LazyObject
+from insitu.plugins.hookspecs import RegisterStore, hookimpl
+from insitu.plugins.registry import LazyObject
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES, FSSPEC_SCHEMES, ICECHUNK_SCHEMES, OBSTORE_SCHEMES
 
 

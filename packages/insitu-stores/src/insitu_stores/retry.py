@@ -1,6 +1,6 @@
 """How the stores here call their backends: one attempt per call, translated; core owns retrying.
 
-insitu's engine is the single owner of retries (:class:`insitu.fetch.ChunkFetcher`
+insitu's engine is the single owner of retries (:class:`insitu.store.fetch.ChunkFetcher`
 under an :class:`insitu.RetryPolicy`). Nothing in this package runs a retry
 loop of its own. A backend's own retry configuration is used only where the
 backend has one that can follow the policy, and then the engine does not
@@ -8,7 +8,7 @@ retry on top:
 
 - obstore and Icechunk retry inside their Rust clients, configured from the
   store's policy (attempts, backoff, timeouts); such a store declares that
-  policy (:class:`insitu.capabilities.RetriesItself`), so the engine calls it
+  policy (:class:`insitu.store.capabilities.RetriesItself`), so the engine calls it
   once per read. :func:`call_once` only bounds the wait (past every attempt
   the backend may make) and translates what still fails.
 - fsspec filesystems have no retry setting that can follow the policy (s3fs,
@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from insitu.fetch import RetryPolicy
+from insitu.store.retry import RetryPolicy
 from insitu_stores.errors import StoreError, StoreTimeoutError
 
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insitu.hookspecs import RegisterAdapter, hookimpl
+from insitu.plugins.hookspecs import RegisterAdapter, hookimpl
 from insitu_torch.adapter import as_torch, to_torch
 
 

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import zarr
 
-from insitu.cf import cf_transform_for
+from insitu.arrays.cf import cf_transform_for
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import chain_runner, describe, output_spec, transform_fingerprint
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
 from insitu.transform_config import bind_to_array
-from insitu.transforms import chain_runner, describe, output_spec, transform_fingerprint
 
 #: Two threads must keep this many cores busy for a transform to count as releasing the GIL.
 SCALING_THRESHOLD = 1.4

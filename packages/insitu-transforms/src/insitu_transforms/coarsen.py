@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry, is_integer
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,

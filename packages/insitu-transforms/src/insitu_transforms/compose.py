@@ -13,11 +13,11 @@ from typing import Any, overload
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import describe, transform_fingerprint
 from insitu.batch import Batch
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
 from insitu.transform_config import bind_to_array
-from insitu.transforms import describe, transform_fingerprint
 
 
 def _takes_name(fn: Any) -> bool:

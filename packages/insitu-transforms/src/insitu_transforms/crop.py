@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry, is_integer
+from insitu.arrays.selection import by_value, is_periodic_longitude
 from insitu.batch import Batch
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry, is_integer
-from insitu.selection import by_value, is_periodic_longitude
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,

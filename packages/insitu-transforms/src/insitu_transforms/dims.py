@@ -12,7 +12,7 @@ batch transform, or a chunk transform used outside a dataset or after one
 that renamed axes, is given them when built, with ``dims=``:
 
 * the geometries the dataset is built from (``insitu.open_geometries(store)``,
-  a mapping or a sequence of :class:`~insitu.geometry.ArrayGeometry`), one
+  a mapping or a sequence of :class:`~insitu.arrays.geometry.ArrayGeometry`), one
   geometry, or an ``InSituDataset`` or one of its views: each array's
   ``delivered_dims`` (the axes of one delivered sample, selections applied);
 * a tuple of names, ``("level", "latitude", "longitude")``, shared by every
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry, is_integer
 
 DimNames = tuple[str | None, ...]
 #: What ``dims=`` accepts (see the module docstring).

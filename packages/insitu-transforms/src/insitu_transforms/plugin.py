@@ -9,8 +9,8 @@ configurations resolve it to the class itself (``insitu_target``).
 
 from __future__ import annotations
 
-from insitu.hookspecs import RegisterCommand, RegisterTransform, hookimpl
-from insitu.plugins import LazyObject
+from insitu.plugins.hookspecs import RegisterCommand, RegisterTransform, hookimpl
+from insitu.plugins.registry import LazyObject
 
 #: Registered name -> module defining it (the class has the same name).
 TRANSFORMS: dict[str, str] = {

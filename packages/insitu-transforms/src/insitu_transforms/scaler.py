@@ -19,8 +19,8 @@ import numpy as np
 
 from insitu.batch import Batch
 from insitu.errors import ConfigError
+from insitu.plan.splits import SplitManifest
 from insitu.progress import Progress, track
-from insitu.splits import SplitManifest
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,

@@ -30,7 +30,7 @@ on bad usage.
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every registered subcommand."""
     from insitu import __version__
-    from insitu.plugins import get_registry
+    from insitu.plugins.registry import get_registry
 
     parser = argparse.ArgumentParser(
         prog="insitu", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter

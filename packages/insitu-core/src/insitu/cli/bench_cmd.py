@@ -394,7 +394,7 @@ def bench(args: argparse.Namespace, config: Config, progress: Callable[[str], No
     from zarr.storage import LocalStore
 
     import insitu
-    from insitu.stores import redact_urls
+    from insitu.store.opener import redact_urls
 
     started = time.perf_counter()
     store = open_store_from_args(args)

@@ -104,7 +104,7 @@ def _emit(report: Mapping[str, Any], as_json: bool, render: Any) -> None:
 # -- show -------------------------------------------------------------------------------------------
 def _files(directory: Path) -> list[dict[str, Any]]:
     """insitu's files in ``directory`` (not following links), with their sizes."""
-    from insitu.cache import INDEX, LOCK, is_cache_file
+    from insitu.engine.cache import INDEX, LOCK, is_cache_file
 
     out = []
     with os.scandir(directory) as entries:
@@ -143,7 +143,7 @@ def _table(entry: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def _index_or_error(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
-    from insitu.cache import read_index
+    from insitu.engine.cache import read_index
     from insitu.errors import StaleCacheError
 
     try:
@@ -154,7 +154,7 @@ def _index_or_error(directory: Path) -> tuple[dict[str, Any] | None, str | None]
 
 def show_cache(directory: Path) -> dict[str, Any]:
     """What ``insitu cache show`` prints, as a JSON-able dict."""
-    from insitu.cache import FORMAT, arena_name, lock_holder
+    from insitu.engine.cache import FORMAT, arena_name, lock_holder
 
     holder = lock_holder(directory)
     files = _files(directory)
@@ -271,7 +271,7 @@ def _lock_for_reading(directory: Path, label: str) -> tuple[int | None, str | No
     file); on one this process cannot write, nobody can run either: probe only."""
     import errno
 
-    from insitu.cache import INDEX, LOCK, hold_lock, lock_holder
+    from insitu.engine.cache import INDEX, LOCK, hold_lock, lock_holder
     from insitu.errors import CacheInUseError
 
     if not (os.path.lexists(directory / LOCK) or os.path.lexists(directory / INDEX)):
@@ -297,7 +297,7 @@ def verify_cache(directory: Path, store: Any = None) -> dict[str, Any]:
 
 
 def _verify_locked(directory: Path, store: Any, holder: str | None) -> dict[str, Any]:
-    from insitu.cache import check_array
+    from insitu.engine.cache import check_array
 
     report: dict[str, Any] = {
         "dir": str(directory),
@@ -348,7 +348,7 @@ def _by_slab(items: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _redacted(text: str) -> str:
-    from insitu.stores import redact_urls
+    from insitu.store.opener import redact_urls
 
     return redact_urls(text)
 
@@ -358,9 +358,10 @@ def _check_store(store: Any, arrays: Mapping[str, Any], report: dict[str, Any]) 
     slab's recorded sources (what a dataset checks when it adopts them)."""
     import zarr
 
-    from insitu.cache import metadata_digest, source_states, store_digest
-    from insitu.fetch import ChunkFetcher, RetryPolicy
-    from insitu.loop import run_sync
+    from insitu.engine.cache import metadata_digest, source_states, store_digest
+    from insitu.store.fetch import ChunkFetcher
+    from insitu.store.loop import run_sync
+    from insitu.store.retry import RetryPolicy
 
     problems: list[str] = report["problems"]
     mine = store_digest(store)
@@ -443,7 +444,7 @@ def render_verify(r: Mapping[str, Any]) -> str:
 
 # -- clear ------------------------------------------------------------------------------------------
 def _clear(directory: Path, args: argparse.Namespace) -> int:
-    from insitu.cache import LOCK, hold_lock, is_cache_file, lock_holder
+    from insitu.engine.cache import LOCK, hold_lock, is_cache_file, lock_holder
     from insitu.errors import CacheInUseError
 
     holder = lock_holder(directory)

@@ -145,7 +145,7 @@ def _compression_ratio(arr: zarr.Array) -> float | None:
     """Decoded over stored bytes of up to :data:`SAMPLED_CHUNKS` stored objects (chunks or shards)."""
     from zarr.core.buffer import default_buffer_prototype
 
-    from insitu.loop import run_sync
+    from insitu.store.loop import run_sync
 
     store, grid = (
         arr.store,
@@ -172,8 +172,8 @@ def _compression_ratio(arr: zarr.Array) -> float | None:
 
 def _decoded_slab_nbytes(geom: Any) -> int:
     """Bytes of one pooled slab of ``geom`` as the dataset holds it by default (CF-decoded)."""
-    from insitu.cf import cf_transform_for
-    from insitu.transforms import output_spec
+    from insitu.arrays.cf import cf_transform_for
+    from insitu.arrays.transforms import output_spec
 
     decode = cf_transform_for(geom.metadata, name=geom.name)
     return int(output_spec(geom, [decode] if decode is not None else []).nbytes)

@@ -1,4 +1,4 @@
-"""Checks for the optional store capabilities (:mod:`insitu.capabilities`) a store declares.
+"""Checks for the optional store capabilities (:mod:`insitu.store.capabilities`) a store declares.
 
 Both store kits inherit :class:`CapabilityChecks`; each check is skipped for
 a store that does not declare the capability it covers, and fails a store
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from zarr.abc.store import Store
 
-from insitu.capabilities import (
+from insitu.store.capabilities import (
     IdentifiedStore,
     MultiRangeReads,
     RawReads,
@@ -22,7 +22,7 @@ from insitu.capabilities import (
     object_version,
     store_identity,
 )
-from insitu.fetch import RetryPolicy
+from insitu.store.retry import RetryPolicy
 from insitu.testing import _aio
 
 

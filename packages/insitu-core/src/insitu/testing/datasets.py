@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from zarr.storage import MemoryStore
 
 from insitu.dataset import DatasetView, InSituDataset
-from insitu.splits import split_by_chunk
+from insitu.plan.splits import split_by_chunk
 
 
 @contextmanager
@@ -17,8 +17,8 @@ def linear_regression_view(
 ) -> Iterator[DatasetView]:
     """The train split (75%) of ``y = x @ w + b`` in a memory store, read through a real
     ``InSituDataset``; the dataset is closed on exit. A model trained on it should fit."""
-    from insitu.discovery import open_geometries
-    from insitu.synthetic import make_linear_regression
+    from insitu.arrays.discovery import open_geometries
+    from insitu.testing.synthetic import make_linear_regression
 
     store = MemoryStore()
     make_linear_regression(store, n_samples=n_samples, n_features=n_features, chunks=chunks, seed=seed)

@@ -17,7 +17,7 @@ import pytest
 import zarr
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 
-from insitu.keys import chunk_key_encoder
+from insitu.store.keys import chunk_key_encoder
 from insitu.testing.capabilities import CapabilityChecks, Subject
 from insitu.testing.stores import _get
 

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from insitu.hookspecs import ENTRY_POINT_GROUP
-from insitu.plugins import PluginWarning, Registration, Registry, get_registry, reset_registry
+from insitu.plugins.hookspecs import ENTRY_POINT_GROUP
+from insitu.plugins.registry import PluginWarning, Registration, Registry, get_registry, reset_registry
 
 
 def plugin_registrations(plugin: object, kind: str) -> Mapping[str, Registration]:

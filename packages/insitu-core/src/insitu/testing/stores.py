@@ -58,7 +58,7 @@ class StoreConformance(CapabilityChecks):
     ranges, missing keys and concurrent gets. ``self.tmp_path`` is a fresh
     directory per test.
 
-    Each optional capability the store declares (:mod:`insitu.capabilities`:
+    Each optional capability the store declares (:mod:`insitu.store.capabilities`:
     raw and multi-range reads, identity, object versions, its own retry
     policy) is checked too; override :meth:`other_read_store` to have the
     identity check also tell two locations apart.

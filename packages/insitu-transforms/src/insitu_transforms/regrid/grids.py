@@ -21,7 +21,7 @@ from insitu_transforms.regrid.axes import LatAxis, LonAxis, lat_axis, lon_axis
 from insitu_transforms.regrid.sphere import unit_vectors
 
 if TYPE_CHECKING:
-    from insitu.geometry import ArrayGeometry
+    from insitu.arrays.geometry import ArrayGeometry
 
 #: Dimension names recognised as latitude and longitude, in order of preference.
 LAT_NAMES = ("latitude", "lat")

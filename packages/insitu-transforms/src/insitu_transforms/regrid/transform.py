@@ -16,7 +16,7 @@ from insitu_transforms.regrid.apply import PreparedWeights
 from insitu_transforms.regrid.grids import Grid, find_lat_lon_dims
 
 if TYPE_CHECKING:
-    from insitu.geometry import ArrayGeometry
+    from insitu.arrays.geometry import ArrayGeometry
 
 Method = Literal["bilinear", "conservative", "nearest"]
 CacheDir = str | os.PathLike[str] | None | Literal[False]

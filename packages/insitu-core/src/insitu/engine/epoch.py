@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from insitu.gather import BatchRows, Gatherer
-from insitu.geometry import ArrayGeometry
-from insitu.loader import Engine
-from insitu.plan import EpochPlan
-from insitu.pool import FAILED, READY, BlockWaiter, Slab
-from insitu.scatter import Destinations
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.engine.gather import BatchRows, Gatherer
+from insitu.engine.loader import Engine
+from insitu.engine.pool import FAILED, READY, BlockWaiter, Slab
+from insitu.engine.scatter import Destinations
+from insitu.plan.reads import EpochPlan
 
 END = object()
 

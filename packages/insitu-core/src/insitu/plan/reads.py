@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from insitu.geometry import ArrayGeometry
-from insitu.order import EpochOrder, EpochRuns, sorted_unique
-from insitu.splits import concat_runs
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.plan.order import EpochOrder, EpochRuns, sorted_unique
+from insitu.plan.splits import concat_runs
 
 __all__ = ["ArrayNeeds", "BlockNeeds", "EpochPlan", "plan_epoch", "sorted_unique"]
 
@@ -170,7 +170,7 @@ def plan_epoch(
 ) -> EpochPlan:
     """Turn an epoch order into per-block slab needs for every array.
 
-    ``runs`` (from :func:`insitu.order.order_with_runs`) lets the planner work per run of
+    ``runs`` (from :func:`insitu.plan.order.order_with_runs`) lets the planner work per run of
     samples; without it every anchor is a run of its own (same result, more work).
     """
     by_path: dict[str, list[ArrayGeometry]] = {}

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from insitu.arrays.selection import AxisSelection
 from insitu.errors import ConfigError
-from insitu.selection import AxisSelection
 
 #: Largest shift either way: far beyond any sample count, and keeps numpy's int64 index arithmetic exact.
 MAX_OFFSET = 2**62
@@ -53,7 +53,7 @@ class ArrayGeometry:
     coord_attrs: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
-    #: Per axis, the source indices delivered (None: the whole axis); see :mod:`insitu.selection`.
+    #: Per axis, the source indices delivered (None: the whole axis); see :mod:`insitu.arrays.selection`.
     selection: tuple[AxisSelection | None, ...] | None = None
     #: A static array has no sample axis: read once, kept resident, delivered whole in every batch.
     static: bool = False
@@ -220,12 +220,12 @@ class ArrayGeometry:
         """Like :meth:`isel`, by coordinate value: ``sel(level=[500, 850], latitude=slice(60, 30))``.
 
         Slices include both ends; a longitude box may cross the antimeridian
-        (``slice(350, 10)``). See :mod:`insitu.selection` for the rules."""
+        (``slice(350, 10)``). See :mod:`insitu.arrays.selection` for the rules."""
         return self._select(_indexers(indexers, by_name), by_value=True)
 
     def _select(self, indexers: Mapping[str | int, Any], *, by_value: bool) -> ArrayGeometry:
-        from insitu.selection import by_position, compose, is_periodic_longitude
-        from insitu.selection import by_value as resolve_value
+        from insitu.arrays.selection import by_position, compose, is_periodic_longitude
+        from insitu.arrays.selection import by_value as resolve_value
 
         current = list(self.selection or (None,) * len(self.shape))
         for dim, key in indexers.items():

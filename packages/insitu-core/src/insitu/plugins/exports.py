@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from insitu.plugins import DISABLE_AUTOLOAD_ENV, PluginNotFoundError, autoload_disabled, get_registry
+from insitu.plugins.registry import DISABLE_AUTOLOAD_ENV, PluginNotFoundError, autoload_disabled, get_registry
 
 
 class Export(NamedTuple):

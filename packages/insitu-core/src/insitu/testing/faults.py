@@ -46,7 +46,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, WrapperStore
 
-from insitu.stores import SCHEME_PACKAGES, open_store, split_url
+from insitu.store.opener import SCHEME_PACKAGES, open_store, split_url
 
 #: What the counters of a :class:`FaultInjectingStore` count, one name per kind of fault.
 FAULT_KINDS: tuple[str, ...] = (
@@ -239,7 +239,9 @@ class FaultPlan:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"FaultPlan.seed must be an int, got {self.seed!r}")
         if self.latency is not None and not isinstance(self.latency, Latency):
-            raise ValueError(f"FaultPlan.latency must be an insitu.faults.Latency, got {self.latency!r}")
+            raise ValueError(
+                f"FaultPlan.latency must be an insitu.testing.faults.Latency, got {self.latency!r}"
+            )
         for name in ("transient_rate", "stall_rate", "truncate_rate", "corrupt_rate", "oversize_rate"):
             _check_rate(name, getattr(self, name))
         damage = self.truncate_rate + self.corrupt_rate + self.oversize_rate
@@ -265,7 +267,7 @@ class FaultPlan:
         object.__setattr__(self, "_named", {key: _NAMED_KEY_FAULTS[name] for key, name in named.items()})
         rewrites = tuple(self.rewrites)
         if not all(isinstance(r, Rewrite) for r in rewrites):
-            raise ValueError("FaultPlan.rewrites must hold insitu.faults.Rewrite entries")
+            raise ValueError("FaultPlan.rewrites must hold insitu.testing.faults.Rewrite entries")
         if len({r.key for r in rewrites}) != len(rewrites):
             raise ValueError("FaultPlan.rewrites names a key more than once")
         object.__setattr__(self, "rewrites", rewrites)
@@ -431,7 +433,7 @@ class FaultInjectingStore(WrapperStore[Store]):
     def __init__(self, store: Store, plan: FaultPlan | None = None) -> None:
         super().__init__(store)
         if plan is not None and not isinstance(plan, FaultPlan):
-            raise TypeError(f"plan must be an insitu.faults.FaultPlan, got {type(plan).__name__}")
+            raise TypeError(f"plan must be an insitu.testing.faults.FaultPlan, got {type(plan).__name__}")
         self.plan = plan or FaultPlan()
         self._state = _SharedState()
 
@@ -547,7 +549,7 @@ class FaultInjectingStore(WrapperStore[Store]):
         return self._without_missing(self._store.list_dir(prefix), base)
 
     async def insitu_object_version(self, key: str) -> str | None:
-        """The version of what a GET of ``key`` serves now (``insitu.capabilities.VersionedObjects``).
+        """The version of what a GET of ``key`` serves now (``insitu.store.capabilities.VersionedObjects``).
 
         A rewritten key reports a digest of its new bytes, so a cache that
         checks versions sees the rewrite. Other keys report the wrapped

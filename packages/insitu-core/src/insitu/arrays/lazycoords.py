@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.loop import in_loop_thread
+from insitu.store.loop import in_loop_thread
 
 Loaded = tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]
 

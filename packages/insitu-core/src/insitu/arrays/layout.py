@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from insitu.codecs import ChunkDecoder, decoder_for, index_metadata, inner_metadata
-from insitu.geometry import ArrayGeometry
-from insitu.keys import chunk_key_encoder
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.store.codecs import ChunkDecoder, decoder_for, index_metadata, inner_metadata
+from insitu.store.keys import chunk_key_encoder
 
 MISSING = np.uint64(2**64 - 1)  # shard index entry of an absent inner chunk
 

@@ -33,7 +33,7 @@ from zarr.storage import LocalStore, MemoryStore, WrapperStore
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
 
-    from insitu.fetch import RetryPolicy
+    from insitu.store.retry import RetryPolicy
 
 
 @runtime_checkable
@@ -178,7 +178,7 @@ def store_identity(store: Store | IdentifiedStore) -> str:
     inner = getattr(store, "_store", None) or getattr(store, "store", None)
     if isinstance(inner, (LocalStore, MemoryStore, IdentifiedStore)):
         return store_identity(inner)
-    from insitu.stores import redact_urls  # stores imports this module; the fallback is rare
+    from insitu.store.opener import redact_urls  # stores imports this module; the fallback is rare
 
     # A store's str() may show a URL with credentials: they must not reach a cache fingerprint.
     return redact_urls(f"{type(store).__module__}.{type(store).__qualname__}:{store}")
@@ -203,7 +203,7 @@ async def object_version(store: Store, key: str) -> str | None:
 def _versioned(store: object) -> object | None:
     """The store that answers object versions for ``store``: itself, or the store a plain
     ``WrapperStore`` holds (wrappers pass bytes through; one that changes them must answer
-    versions itself, as :class:`insitu.faults.FaultInjectingStore` does)."""
+    versions itself, as :class:`insitu.testing.faults.FaultInjectingStore` does)."""
     while True:
         if isinstance(store, (VersionedObjects, LocalStore)):
             return store

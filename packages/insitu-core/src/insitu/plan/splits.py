@@ -26,10 +26,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry, is_integer
-from insitu.memory import large_temporaries
 from insitu.options import flag, seed_value
+from insitu.plan.memory import large_temporaries
 
 DEFAULT_NAMES = ("train", "val", "test")
 _FORMAT = "insitu.SplitManifest/1"  # chunk splits: what every reader of the format understands

@@ -8,7 +8,7 @@ the pool, so memory scales with ``block_chunks``, not with the dataset.
 
 A split holds a run of samples of each of its chunks: the chunk clipped to the
 split's sample range. In the ``"all"`` view a chunk shared by two splits (a
-coordinate range cut it, see :func:`insitu.splits.split_by_coord`) carries one
+coordinate range cut it, see :func:`insitu.plan.splits.split_by_coord`) carries one
 run per split; it is still one unit of the permutation, so it is read once per
 pass, by one rank, and each split's samples of it are delivered once.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import numpy.random
 
 from insitu.errors import ConfigError
-from insitu.splits import SplitManifest, clip_chunks, concat_runs
+from insitu.plan.splits import SplitManifest, clip_chunks, concat_runs
 
 #: Bumped whenever the order of a given (seed, epoch, split, rank) changes: resume states carry it.
 #: 2: blocks shuffled with one 2-D ``Generator.permuted`` per run of equal-length blocks.
@@ -85,7 +85,7 @@ class EpochOrder:
 @dataclass(frozen=True)
 class EpochRuns:
     """The runs of samples an epoch order was made of: what the planner derives each block's slabs
-    from without touching every sample (:func:`insitu.plan.plan_epoch`).
+    from without touching every sample (:func:`insitu.plan.reads.plan_epoch`).
 
     Run ``r`` is samples ``[first[r], first[r] + size[r])`` of one manifest chunk; blocks
     ``[0, regular_blocks)`` hold exactly runs ``starts[b]:starts[b + 1]``. Later blocks (cut

@@ -7,7 +7,7 @@ slabs with numpy alone, so a store can be read without xarray:
 
 * :func:`cf_encoding` finds the effective encoding of one array
   (:class:`CFEncoding`), or ``None`` when there is nothing to decode;
-* :class:`CFDecode` is a chunk transform (see :mod:`insitu.transforms`) that
+* :class:`CFDecode` is a chunk transform (see :mod:`insitu.arrays.transforms`) that
   applies it; :func:`cf_transform_for` builds one from metadata;
 * :func:`decode_coordinate` decodes a whole coordinate array, CF time
   included (to ``datetime64[ns]``); :func:`is_cf_time` tells a time
@@ -153,7 +153,7 @@ def cf_encoding(metadata: Mapping[str, Any], *, name: str = "") -> CFEncoding | 
     """The effective CF encoding of one array, or None when it carries nothing to decode.
 
     ``metadata`` is the array's zarr metadata dict (``zarr.Array.metadata.to_dict()``,
-    as :attr:`insitu.geometry.ArrayGeometry.metadata` holds it). Only integer
+    as :attr:`insitu.arrays.geometry.ArrayGeometry.metadata` holds it). Only integer
     and float arrays are decoded; others give None. ``name`` names the array in
     error messages. Raises ConfigError for malformed or conflicting attributes.
     """

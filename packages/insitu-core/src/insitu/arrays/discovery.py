@@ -14,11 +14,11 @@ import zarr
 import zarr.api.asynchronous as zarr_async
 from zarr.abc.store import Store
 
+from insitu.arrays.geometry import ArrayGeometry, is_integer
+from insitu.arrays.lazycoords import LazyCoords
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry, is_integer
-from insitu.lazycoords import LazyCoords
-from insitu.loop import run_sync, submit
-from insitu.stores import redact_urls
+from insitu.store.loop import run_sync, submit
+from insitu.store.opener import redact_urls
 
 # zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
 _NOT_FOUND = (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError)
@@ -354,7 +354,7 @@ async def _read_coordinates(
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
     """Decoded values and attributes of the coordinate arrays (a 1-D array named like its dimension)
     of the dimensions ``wanted``, read concurrently; a dimension without one is left out."""
-    from insitu.cf import decode_coordinate
+    from insitu.arrays.cf import decode_coordinate
 
     prefix = f"{path.rstrip('/')}/" if path else ""
 

@@ -2,7 +2,7 @@
 
 The pool is a cache for later passes, nothing more: a pass never waits for
 pool slots, since a slab the pool cannot take is streamed into its batches
-(:mod:`insitu.scatter`). So the budget trades memory for the speed of every
+(:mod:`insitu.engine.scatter`). So the budget trades memory for the speed of every
 pass after the first:
 
 * ``"auto"`` (the default) caches the whole dataset when it fits in a quarter
@@ -22,9 +22,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from insitu.geometry import ArrayGeometry
-from insitu.splits import SplitManifest
-from insitu.transforms import SlabSpec
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import SlabSpec
+from insitu.plan.splits import SplitManifest
 
 logger = logging.getLogger("insitu")
 

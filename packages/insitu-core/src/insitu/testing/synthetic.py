@@ -265,7 +265,7 @@ def make_era5_like(
     group = zarr.open_group(store_or_path, mode="w" if overwrite else "w-", zarr_format=zarr_format)
     group.attrs.update(
         {
-            "title": "Synthetic ERA5-like reanalysis (insitu.synthetic.make_era5_like)",
+            "title": "Synthetic ERA5-like reanalysis (insitu.testing.synthetic.make_era5_like)",
             "seed": seed,
             "time_step_hours": 1,
         }

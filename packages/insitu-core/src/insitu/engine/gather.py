@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.lazycoords import LazyValues
 from insitu.batch import Batch
-from insitu.buffers import BufferPool
-from insitu.geometry import ArrayGeometry
-from insitu.lazycoords import LazyValues
-from insitu.pool import ChunkPool
+from insitu.engine.buffers import BufferPool
+from insitu.engine.pool import ChunkPool
 
 BatchTransform = Callable[[Batch], Batch]
 

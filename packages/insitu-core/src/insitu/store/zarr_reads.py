@@ -2,7 +2,7 @@
 
 ``ArrayLoader`` reads such an array with ``AsyncArray.getitem`` over a
 :class:`FetchingStore`: every GET zarr makes goes through the
-:class:`~insitu.fetch.ChunkFetcher`, so it is retried and timed out under the
+:class:`~insitu.store.fetch.ChunkFetcher`, so it is retried and timed out under the
 dataset's single retry policy, and, for a persisted cache, records which
 stored bytes each slab came from (the same sources the direct decoder
 records), so a rewritten source is detected on reuse for these arrays too.
@@ -18,7 +18,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store
 from zarr.storage import WrapperStore
 
-from insitu.fetch import ChunkFetcher
+from insitu.store.fetch import ChunkFetcher
 
 # The (key, byte range, source) list of the slab whose region zarr is reading in this task. Tasks
 # zarr spawns for the chunks of that region copy the context, so they append to the same list.

@@ -27,17 +27,18 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from insitu.codecs import ChunkSizeError, UnsupportedCodec
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.layout import ArrayReader, Piece, Read
+from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
+from insitu.engine.jobs import CallJob, DecodeJob, DecodePump, ReadItem
+from insitu.engine.pool import ArrayPool, ChunkPool, Slab
+from insitu.engine.scatter import ScratchBuffers
 from insitu.errors import BadChunkError, ConfigError
-from insitu.fetch import ChunkFetcher, RetryPolicy
-from insitu.geometry import ArrayGeometry
-from insitu.jobs import CallJob, DecodeJob, DecodePump, ReadItem
-from insitu.layout import ArrayReader, Piece, Read
 from insitu.options import BadChunkPolicy
-from insitu.pool import ArrayPool, ChunkPool, Slab
-from insitu.scatter import ScratchBuffers
-from insitu.transforms import ChunkTransform, chain_runner, source_spec
-from insitu.zarr_reads import SLAB_SOURCES, FetchingStore
+from insitu.store.codecs import ChunkSizeError, UnsupportedCodec
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.retry import RetryPolicy
+from insitu.store.zarr_reads import SLAB_SOURCES, FetchingStore
 
 
 @dataclass
@@ -177,7 +178,7 @@ class ArrayLoader:
 
     def target(self, entry: Slab) -> np.ndarray | None:
         """Where the chunks of a loading slab decode (None: the decode job chooses, see
-        :class:`insitu.jobs.DecodeJob`)."""
+        :class:`insitu.engine.jobs.DecodeJob`)."""
         if entry.scratch is not None:
             return entry.scratch
         return None if entry.is_streamed else self.apool.view(entry.slot)
@@ -509,7 +510,7 @@ class FetchQueue:
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
     """The first registered decoder (in ``decoders`` order, default: all) that handles
     this array's codecs; None means zarr's own pipeline reads it."""
-    from insitu.plugins import get_registry
+    from insitu.plugins.registry import get_registry
 
     registered = get_registry().decoders
     for name in decoders if decoders is not None else registered:

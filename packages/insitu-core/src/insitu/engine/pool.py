@@ -26,9 +26,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from insitu.geometry import ArrayGeometry
-from insitu.scatter import Destinations
-from insitu.transforms import SlabSpec
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import SlabSpec
+from insitu.engine.scatter import Destinations
 
 LOADING, READY, FAILED = 0, 1, 2
 
@@ -290,7 +290,7 @@ class ChunkPool:
     """Per-array slot pools under one byte budget, shared by every view of a dataset.
 
     A pass never waits for a slot: a slab the pool cannot take is streamed
-    (:mod:`insitu.scatter`).
+    (:mod:`insitu.engine.scatter`).
     """
 
     def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int) -> None:

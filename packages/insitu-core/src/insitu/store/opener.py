@@ -2,7 +2,7 @@
 
 Plain paths and ``file://`` URLs open as ``zarr.storage.LocalStore``;
 ``memory://name`` opens a process-wide named ``zarr.storage.MemoryStore``.
-Every other scheme is served by a store plugin (see ``insitu.plugins``), and
+Every other scheme is served by a store plugin (see ``insitu.plugins.registry``), and
 both built-ins are registered through the same plugin path as third parties.
 
 A URL may carry credentials (``https://user:password@host/x.zarr``, a
@@ -29,7 +29,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore
 
 from insitu.errors import ConfigError
-from insitu.plugins import PluginNotFoundError, get_registry
+from insitu.plugins.registry import PluginNotFoundError, get_registry
 
 #: Accepted ``mode`` values (zarr's names). Only "r" is read-only; no mode deletes
 #: data: overwriting belongs to ``zarr.open_group(store, mode="w")``.

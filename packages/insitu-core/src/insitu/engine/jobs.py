@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from insitu.fetch import ChunkFetcher
-from insitu.layout import ArrayReader, Read
-from insitu.memory import populate_for_write
-from insitu.scatter import ScratchBuffers
+from insitu.arrays.layout import ArrayReader, Read
+from insitu.engine.scatter import ScratchBuffers
+from insitu.plan.memory import populate_for_write
+from insitu.store.fetch import ChunkFetcher
 
 
 class Job:
@@ -40,7 +40,7 @@ class Job:
 class ReadItem:
     """One read of a decode job: the bytes (or None to read locally), the slab of
     each piece, and the slot region each piece is decoded into (None: the slab is
-    streamed, see :mod:`insitu.scatter`)."""
+    streamed, see :mod:`insitu.engine.scatter`)."""
 
     __slots__ = ("raw", "read", "source", "targets", "views")
 

@@ -23,7 +23,7 @@ from typing import Any, overload
 
 import pluggy
 
-from insitu import hookspecs
+from insitu.plugins import hookspecs
 
 BUILTIN_PLUGINS: tuple[str, ...] = ("insitu.builtins",)
 KINDS: tuple[str, ...] = ("stores", "decoders", "transforms", "adapters", "devices", "commands")

@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from insitu.capabilities import store_identity
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import SlabSpec, transform_fingerprint
+from insitu.engine.pool import READY, ChunkPool
 from insitu.errors import CacheInUseError, StaleCacheError
-from insitu.geometry import ArrayGeometry
 from insitu.options import CacheOptions
-from insitu.pool import READY, ChunkPool
-from insitu.transforms import SlabSpec, transform_fingerprint
+from insitu.store.capabilities import store_identity
 
 FORMAT = "insitu.cache/3"
 LOCK = ".lock"

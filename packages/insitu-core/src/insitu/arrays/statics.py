@@ -21,10 +21,10 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from insitu.fetch import ChunkFetcher
-from insitu.geometry import ArrayGeometry
-from insitu.transforms import ChunkTransform, SlabSpec, chain_runner, output_spec
-from insitu.zarr_reads import FetchingStore
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transforms import ChunkTransform, SlabSpec, chain_runner, output_spec
+from insitu.store.fetch import ChunkFetcher
+from insitu.store.zarr_reads import FetchingStore
 
 
 def static_spec(geom: ArrayGeometry, transforms: Sequence[ChunkTransform]) -> SlabSpec:

@@ -32,8 +32,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
-from insitu.geometry import ArrayGeometry
 
 ChunkTransform = Callable[[str, np.ndarray], np.ndarray]
 
