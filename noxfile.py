@@ -6,6 +6,7 @@ passes arguments after `--` to pytest (or to the script, for demo and bench).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,8 @@ ROOT = Path(__file__).parent
 # Pinned so lint and type results only change when we bump them.
 RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
+# Layer, cycle and forbidden-import contracts ([tool.importlinter] in the root pyproject.toml).
+IMPORT_LINTER = "import-linter==2.17"
 # pip (not uv) installs torch: with the machine's pip configuration it takes the local CPU wheel,
 # where uv would resolve the multi-GB CUDA build from the index.
 TORCH = "torch==2.13.0"
@@ -134,10 +137,14 @@ def tests_bench(session: nox.Session) -> None:
 
 @nox.session(python="3.11", venv_backend="uv")
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree."""
-    session.install(RUFF)
+    """ruff check, ruff format --check, and the import contracts (core's floors, no cycles, no framework in core)."""
+    session.install(RUFF, IMPORT_LINTER)
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", ".")
+    # The contracts live in the root pyproject.toml. import-linter reads the import statements of
+    # each package's src without importing it, so the packages need not be installed here.
+    src = [str(ROOT / "packages" / name / "src") for name in IMPORT_NAMES]
+    session.run("lint-imports", env={"PYTHONPATH": os.pathsep.join(src)})
 
 
 @nox.session(python="3.11", venv_backend="uv")

@@ -11,7 +11,7 @@ from conftest import field, write_array
 
 import insitu
 from insitu.arrays.geometry import ArrayGeometry
-from insitu.transform_config import transform_from_config
+from insitu.arrays.transform_config import transform_from_config
 
 
 class AddArrayIndex:
@@ -58,7 +58,7 @@ def test_a_configuration_needs_a_known_name() -> None:
 
 
 def test_configurations_in_the_dataset_are_resolved(tmp_path: Path, monkeypatch: Any) -> None:
-    from insitu import transform_config
+    from insitu.arrays import transform_config
 
     class Registered:
         def __init__(self, obj: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from insitu.arrays.discovery import Geometries, open_geometries, select
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transform_config import transform_from_config
 from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
 from insitu.errors import (
@@ -27,7 +28,6 @@ from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.sources import BatchedView
 from insitu.store.opener import open_store
 from insitu.store.retry import RetryPolicy
-from insitu.transform_config import transform_from_config
 from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
 
 __version__ = "0.1.0"

@@ -21,15 +21,16 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from insitu.arrays.discovery import open_geometries
+from insitu.arrays.chains import ChunkChains, check_nan_fill, chunk_chains
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.labels import resolve_labels
 from insitu.arrays.lazycoords import LazyCoords, LazyValues
 from insitu.arrays.statics import read_statics, static_spec
 from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.batch import Batch
-from insitu.engine.gather import BatchTransform, Gatherer
+from insitu.engine.gather import BatchTransform, Gatherer, batch_transform_chain
 from insitu.engine.loader import Engine
-from insitu.engine.pool import ArrayPool, ChunkPool, allocate_arena
+from insitu.engine.residency import open_pool
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
@@ -39,16 +40,16 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.plan.budget import auto_budget, dataset_bytes, slots_per_array
-from insitu.plan.memory import without_hugepage_hint
-from insitu.plan.order import order_with_runs
-from insitu.plan.reads import EpochPlan, plan_epoch
+from insitu.plan.anchors import anchor_range, unused_anchors
+from insitu.plan.budget import MemoryPlan, plan_memory
+from insitu.plan.plans import EpochPlans
+from insitu.plan.reads import EpochPlan
 from insitu.plan.splits import SplitManifest
 from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
+from insitu.store.opener import open_store
 from insitu.store.retry import RetryPolicy
-from insitu.transform_config import bind_to_array, transforms_from_config
 from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
 
 logger = logging.getLogger("insitu")
@@ -111,54 +112,67 @@ class InSituDataset:
         )
         self.sharding = shard_options(rank=rank, world_size=world_size, uneven=uneven)
         self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
-        if not isinstance(manifest, SplitManifest):
-            raise ConfigError(
-                f"manifest must be a SplitManifest, got {type(manifest).__name__}: {manifest!r}"
-            )
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
-        batch_transforms = transforms_from_config(batch_transforms)
-        for t in batch_transforms:
-            if not callable(t):
-                raise ConfigError(f"batch transform {t!r} is not callable")
-
-        if not isinstance(store, Store):  # a path or URL; anything else is refused by name there
-            from insitu.store.opener import open_store
-
-            store = open_store(store)
-        self.store = store
+        retry = _checked_inputs(manifest, retry)
+        batch_transforms = batch_transform_chain(batch_transforms)
+        self.store = store if isinstance(store, Store) else open_store(store)
         self.manifest = manifest
-        every = _labels(store, geometries, manifest)
-        self.labels = tuple(g for g in every if not g.static)
-        self.statics = tuple(g for g in every if g.static)
-        if not self.labels:
-            raise ConfigError(
-                f"every label is static ({[g.label for g in every]}); at least one array must have the "
-                "sample dimension"
-            )
-        self.anchor_range = self._anchor_range()
-        self._check_splits()
-
-        arrays = {g.path: g.shift(-g.offset) for g in self.labels}
-        every_array = [*arrays.values(), *self.statics]
-        transforms = _chunk_transforms(chunk_transforms, every_array, self.labels + self.statics)
-        transforms, error_fills = _with_cf_decoding(
-            transforms, every_array, cf_decode, self.labels + self.statics
-        )
+        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest))
+        self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
+        self.anchor_range = anchor_range(self.labels, manifest)
+        self.unused_anchors = unused_anchors(manifest, self.anchor_range, self.labels)
+        arrays = labels.pooled
+        chains = chunk_chains(chunk_transforms, cf_decode, [*arrays.values(), *self.statics], labels.every)
         if self.on_bad_chunk is BadChunkPolicy.NAN:
-            ints = {
-                g.name: str(g.dtype)
-                for g in arrays.values()
-                if g.dtype.kind not in "fc" and g.path not in error_fills
-            }
-            if ints:
-                raise ConfigError(
-                    f"on_bad_chunk='nan' cannot mark bad chunks of integer array(s) {ints}: their samples "
-                    "would hold the fill value, which looks like data (and no CF fill value decodes to NaN); use on_bad_chunk='skip' (or 'raise')"
-                )
-        specs = {path: output_spec(g, transforms.get(path, ())) for path, g in arrays.items()}
-        static_bytes = sum(static_spec(g, transforms.get(g.path, ())).nbytes for g in self.statics)
+            check_nan_fill(list(arrays.values()), chains)
+        specs = {path: output_spec(g, chains.of(path)) for path, g in arrays.items()}
         self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
+        statics = {g.label: static_spec(g, chains.of(g.path)).nbytes for g in self.statics}
+        given = self.cache_options.budget_bytes
+        memory = plan_memory(
+            arrays, specs, self.labels, manifest, world_size=self.world_size, given=given, statics=statics
+        )
+        self._plans = EpochPlans(manifest, self.labels, self.anchor_range, self.options, self.sharding)
+        self._start_lifetime()
+        self._start(arrays, specs, memory, chains, retry, decoders, batch_transforms)
+        self._closed = False
+
+    def _start(
+        self,
+        arrays: Mapping[str, ArrayGeometry],
+        specs: Mapping[str, SlabSpec],
+        memory: MemoryPlan,
+        chains: ChunkChains,
+        retry: RetryPolicy,
+        decoders: Sequence[str] | None,
+        batch_transforms: Sequence[BatchTransform],
+    ) -> None:
+        """Pool (or persisted cache), engine, static fields, gatherer, restored slabs: in that order,
+        and a step that fails releases what the steps before it hold (threads, the cache lock)."""
+        with contextlib.ExitStack() as undo:  # a failed step releases what the steps before it hold
+            self.pool, self._cache = open_pool(
+                self.store, arrays, specs, memory, self.cache_options, chains.transforms
+            )
+            if self._cache is not None:
+                undo.callback(self._cache.release)
+            self.engine = self._start_engine(chains, retry, decoders)
+            undo.callback(self.engine.shutdown_threads)
+            self.static_values = run_sync(
+                read_statics(self.store, self.engine.fetcher, self.statics, chains.transforms)
+            )
+            self.gatherer = Gatherer(
+                self.pool,
+                self.labels,
+                batch_transforms,
+                statics=self.static_values,
+                sample_coord=self._sample_coord(),
+            )
+            undo.callback(self.gatherer.shutdown)
+            if self._cache is not None:
+                run_sync(self._cache.restore(self.pool, self.engine))
+            undo.pop_all()
+
+    def _start_lifetime(self) -> None:
+        """What the dataset tracks over its life: epoch, callbacks, views and live iterators."""
         self._epoch = 0
         self._stats_callbacks: list[Callable[[PassReport], Any]] = []
         self._pid = os.getpid()
@@ -166,80 +180,33 @@ class InSituDataset:
         # Weak: an iterator dropped mid-epoch (``break``) is collected, and its finaliser unregisters it.
         self._iterators: weakref.WeakSet[ViewIterator] = weakref.WeakSet()
         self._views: dict[tuple[str, int, int], DatasetView] = {}
-        self._plans: dict[tuple[str, int], EpochPlan] = {}
-        # Static fields stay resident for the dataset's life: the pool gets what they leave.
-        need = dataset_bytes(arrays, specs, self.labels, manifest, self.sharding.world_size)
-        given = self.cache_options.budget_bytes
-        if given is None:
-            budget = auto_budget(need, static_bytes)
-        else:
-            budget = max(0, given - static_bytes)
-            if self.statics and 0 < given <= static_bytes:
-                raise ConfigError(
-                    f"static field(s) {[g.label for g in self.statics]} take {static_bytes} bytes, the whole "
-                    f"cache_budget_bytes={given}; raise the budget, select a region, or pass 0 to cache "
-                    "nothing but the static fields"
-                )
-        slots = slots_per_array(arrays, specs, budget, need)
-        self._cache = None
-        if self.cache_options.cache_dir is not None:
-            from insitu.engine.cache import PersistentCache
 
-            self._cache = PersistentCache(self.cache_options, store, arrays, specs, slots, transforms)
-            arenas = self._cache.arenas
-        else:
-            arenas = {path: allocate_arena(g, slots[path], specs[path]) for path, g in arrays.items()}
-        pools = {path: ArrayPool(g, slots[path], arenas[path], specs[path]) for path, g in arrays.items()}
-        self.pool = ChunkPool(pools, budget)
-        self.engine = Engine(
-            store,
+    def _start_engine(
+        self, chains: ChunkChains, retry: RetryPolicy, decoders: Sequence[str] | None
+    ) -> Engine:
+        return Engine(
+            self.store,
             self.pool,
             get_loop(),
             max_inflight=self.options.max_inflight,
             decode_threads=self.options.decode_threads,
             on_bad_chunk=self.on_bad_chunk,
-            chunk_transforms=transforms,
-            retry=retry or RetryPolicy(),
+            chunk_transforms=chains.transforms,
+            retry=retry,
             decoders=decoders,
             track_sources=self.cache_options.persist,
-            error_fills=error_fills,
+            error_fills=chains.error_fills,
         )
-        self.sample_dim = _sample_dim(self.labels)
-        # The sample coordinate as batches carry it: maybe still being read (insitu.arrays.lazycoords).
-        values = (
-            self._sample_values(self.labels[0].coords, self.sample_dim)
-            if self.sample_dim is not None
-            else None
-        )
-        self._closed = False
-        try:
-            self.static_values = run_sync(read_statics(store, self.engine.fetcher, self.statics, transforms))
-        except BaseException:
-            self._closed = True
-            self.engine.shutdown_threads()
-            raise
-        self.gatherer = Gatherer(
-            self.pool,
-            self.labels,
-            batch_transforms,
-            statics=self.static_values,
-            sample_coord=None if values is None or self.sample_dim is None else (self.sample_dim, values),
-        )
-        if self._cache is not None:
-            try:
-                run_sync(self._cache.restore(self.pool, self.engine))
-            except BaseException:
-                self._closed = True
-                self.engine.shutdown_threads()
-                self.gatherer.shutdown()
-                self._cache.release()
-                raise
 
-    @staticmethod
-    def _sample_values(coords: Mapping[str, np.ndarray], dim: str) -> np.ndarray | LazyValues | None:
-        if isinstance(coords, LazyCoords) and not coords.ready:
-            return LazyValues(coords, dim)
-        return coords.get(dim)
+    def _sample_coord(self) -> tuple[str, np.ndarray | LazyValues] | None:
+        """The sample coordinate as batches carry it: maybe still being read (insitu.arrays.lazycoords)."""
+        dim = self.sample_dim
+        if dim is None:
+            return None
+        coords = self.labels[0].coords
+        ready = not isinstance(coords, LazyCoords) or coords.ready
+        values = coords.get(dim) if ready else LazyValues(coords, dim)
+        return None if values is None else (dim, values)
 
     # -- the options users read back --------------------------------------------
     @property
@@ -341,49 +308,6 @@ class InSituDataset:
             f"unknown label {label!r}; labels are {[g.label for g in (*self.labels, *self.statics)]}"
         )
 
-    # -- validation -----------------------------------------------------------
-    def _anchor_range(self) -> tuple[int, int]:
-        n = self.manifest.n_samples
-        for g in self.labels:
-            if g.n_samples != n:
-                raise ConfigError(
-                    f"sample-axis length of {g.label!r} is {g.n_samples}, but the manifest "
-                    f"(built on {self.manifest.label!r}) has {n}; every label must share the sample axis"
-                )
-        lo = max(max(-g.offset for g in self.labels), 0)
-        hi = min(n - g.offset for g in self.labels)
-        if lo >= hi:
-            offsets = {g.label: g.offset for g in self.labels}
-            raise ConfigError(f"offsets {offsets} leave no valid anchor in {n} samples")
-        return lo, hi
-
-    def _check_splits(self) -> None:
-        lo, hi = self.anchor_range
-        #: Per split, samples that cannot be anchors: a shifted label would read outside the array.
-        self.unused_anchors: dict[str, int] = {}
-        for name in self.manifest.names:
-            total = self.manifest.count_samples(name)
-            if total == 0:
-                continue  # an empty split (fraction 0) is allowed and yields nothing
-            valid = self.manifest.count_samples(name, within=(lo, hi))
-            if valid == 0:
-                raise ConfigError(
-                    f"split {name!r} has no valid anchor: its samples lie outside [{lo}, {hi}) "
-                    f"given offsets {[g.offset for g in self.labels]}"
-                )
-            unused = total - valid
-            if unused:
-                self.unused_anchors[name] = unused
-                offsets = {g.label: g.offset for g in self.labels if g.offset}
-                message = (
-                    f"split {name!r}: {unused} of its {total} samples are not delivered: with offsets "
-                    f"{offsets} only samples {lo}..{hi - 1} have every label inside the arrays"
-                )
-                # Expected at the ends of the data with windows; a split the user bounded by date
-                # (split_by_coord) losing samples deserves a warning, so it is not silent.
-                level = logging.WARNING if getattr(self.manifest, "ranges", None) else logging.INFO
-                logger.log(level, "%s", message)
-
     # -- views ------------------------------------------------------------------
     def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
         """The view of one split (``"all"``: every split, in order), optionally for one rank.
@@ -441,30 +365,7 @@ class InSituDataset:
     ) -> EpochPlan:
         """The read plan of ``split`` for ``epoch`` (default: the current one) on one rank."""
         epoch = self._epoch if epoch is None else epoch
-        key = (f"{split}:{int(shuffle)}:{rank}/{world_size}", epoch)
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is None:
-                with without_hugepage_hint():
-                    order, runs = order_with_runs(
-                        self.manifest,
-                        split,
-                        anchor_range=self.anchor_range,
-                        epoch=epoch,
-                        seed=self.seed,
-                        shuffle=shuffle,
-                        block_chunks=self.block_chunks,
-                        rank=rank,
-                        world_size=world_size,
-                        uneven=self.uneven,
-                        first_block_chunks=-(-self.batch_size // self.manifest.chunk_len),
-                    )
-                    plan = plan_epoch(order, self.labels, self.batch_size, self.drop_last, runs)
-                # Plans of other epochs are dropped (a running pass keeps its own): at millions of
-                # chunks each is hundreds of MB, and epochs go forward.
-                self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
-                self._plans[key] = plan
-        return plan
+        return self._plans.get(split, shuffle, epoch, rank=rank, world_size=world_size)
 
     # -- statistics and lifetime -------------------------------------------------
     @property
@@ -599,135 +500,15 @@ class InSituDataset:
             self._abandon()
 
 
-def _labels(
-    store: Store,
-    geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None,
-    manifest: SplitManifest,
-) -> tuple[ArrayGeometry, ...]:
-    if geometries is None:
-        # Same sample axis as the manifest's array: by dimension name when it has one.
-        axis = manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis
-        geoms = list(open_geometries(store, sample_axis=axis).values())
-    elif isinstance(geometries, Mapping):
-        # The keys name the batch fields: {"x": g, "y": g.shift(3)} gives batches keyed x and y.
-        geoms = []
-        for key, g in geometries.items():
-            if not isinstance(key, str) or not key:
-                raise ConfigError(
-                    f"geometries keys name the batch fields and must be non-empty strings, got {key!r}"
-                )
-            geoms.append(g.named(key) if isinstance(g, ArrayGeometry) else g)
-    else:
-        geoms = list(geometries)
-    if not geoms:
-        raise ConfigError("geometries is empty; pass at least one ArrayGeometry")
-    for g in geoms:
-        if not isinstance(g, ArrayGeometry):
-            raise ConfigError(f"geometries must be ArrayGeometry objects, got {type(g).__name__}: {g!r}")
-    labels = [g.label for g in geoms]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise ConfigError(f"duplicate label(s) {dupes}; shift one of them or drop the duplicate")
-    by_path: dict[str, ArrayGeometry] = {}
-    for g in geoms:
-        other = by_path.setdefault(g.path, g)
-        if other.sample_axis != g.sample_axis or other.static != g.static:
-            raise ConfigError(
-                f"labels {other.label!r} and {g.label!r} read {g.path!r} with different sample axes"
-            )
-        if other.selection != g.selection:
-            raise ConfigError(
-                f"labels {other.label!r} and {g.label!r} read {g.path!r} with different selections; "
-                "an array is pooled once: select the union in one label and split it in a batch transform"
-            )
-    return tuple(geoms)
+def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
+    """The retry policy to use, after refusing a manifest or policy of the wrong type by name."""
+    if not isinstance(manifest, SplitManifest):
+        raise ConfigError(f"manifest must be a SplitManifest, got {type(manifest).__name__}: {manifest!r}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
+    return retry or RetryPolicy()
 
 
-def _with_cf_decoding(
-    transforms: dict[str, tuple[ChunkTransform, ...]],
-    arrays: Sequence[ArrayGeometry],
-    cf_decode: bool | Mapping[str, bool],
-    labels: Sequence[ArrayGeometry],
-) -> tuple[dict[str, tuple[ChunkTransform, ...]], dict[str, Any]]:
-    """Each array's chain (by array path) with CF decoding first where the array carries CF
-    attributes and it is not turned off, and the raw value that marks a bad chunk so that decoding
-    makes it NaN."""
-    from insitu.arrays.cf import cf_transform_for
-
-    if isinstance(cf_decode, Mapping):
-        bad = {k: v for k, v in cf_decode.items() if not isinstance(v, (bool, np.bool_))}
-        if bad:
-            raise ConfigError(f"cf_decode values must be True or False, got {bad}")
-        chosen = _by_path(cf_decode, arrays, labels, "cf_decode")
-        enabled = {g.path: bool(chosen.get(g.path, True)) for g in arrays}
-    elif isinstance(cf_decode, (bool, np.bool_)):
-        enabled = {g.path: bool(cf_decode) for g in arrays}
-    else:
-        raise ConfigError(f"cf_decode must be True, False or {{array: bool}}, got {cf_decode!r}")
-    out = dict(transforms)
-    fills: dict[str, Any] = {}
-    for g in arrays:
-        if not enabled[g.path]:
-            continue
-        decode = cf_transform_for(g.metadata, name=g.name)
-        if decode is None:
-            continue
-        out[g.path] = (decode, *transforms.get(g.path, ()))
-        if decode.encoding.fill_values and g.dtype.kind not in "fc":
-            fills[g.path] = decode.encoding.fill_values[0]
-    return out, fills
-
-
-def _by_path(
-    spec: Mapping[str, Any], arrays: Sequence[ArrayGeometry], labels: Sequence[ArrayGeometry], what: str
-) -> dict[str, Any]:
-    """A per-array mapping keyed by array path; its keys may be paths, names or labels. A name two
-    arrays share (``"0"`` of an OME-NGFF image and of its labels) is refused, never applied to both."""
-    paths = {g.path for g in arrays}
-    out: dict[str, Any] = {}
-    for key, value in spec.items():
-        found = sorted(
-            {g.path for g in arrays if key in (g.path, g.name)} | {g.path for g in labels if g.label == key}
-        )
-        if not found:
-            known = sorted({g.name for g in arrays} | {g.label for g in labels} | paths)
-            raise ConfigError(f"{what} names unknown array(s) [{key!r}]; arrays are {known}")
-        if len(found) > 1:
-            raise ConfigError(
-                f"{what} key {key!r} names {len(found)} arrays (paths {found}); key it by path to say which"
-            )
-        if found[0] in out:
-            raise ConfigError(f"{what} gives array {found[0]!r} twice (as {key!r} and another key)")
-        out[found[0]] = value
-    return out
-
-
-def _sample_dim(labels: Sequence[ArrayGeometry]) -> str | None:
-    names = {g.sample_dim for g in labels}
-    return names.pop() if len(names) == 1 else None
-
-
-def _chunk_transforms(
-    spec: Sequence[ChunkTransform] | Mapping[str, Sequence[ChunkTransform]],
-    arrays: Sequence[ArrayGeometry],
-    labels: Sequence[ArrayGeometry],
-) -> dict[str, tuple[ChunkTransform, ...]]:
-    """Each array's chain, by array path: configurations (``{"name": ...}``) resolved through the
-    registry, and transforms that define ``bind(geom)`` bound to each array they apply to. Mapping
-    keys may be array paths, names or labels."""
-    geoms = {g.path: g for g in arrays}
-    if isinstance(spec, Mapping):
-        chains = {
-            p: transforms_from_config(v)
-            for p, v in _by_path(spec, arrays, labels, "chunk_transforms").items()
-        }
-    else:
-        shared = transforms_from_config(spec)
-        chains = dict.fromkeys(geoms, shared) if shared else {}
-    out = {}
-    for path, chain in chains.items():
-        for t in chain:
-            if not callable(t) and not hasattr(t, "bind"):
-                raise ConfigError(f"chunk transform {t!r} is not callable")
-        out[path] = tuple(bind_to_array(t, geoms[path]) for t in chain)
-    return out
+def _sample_axis_of(manifest: SplitManifest) -> str | int:
+    """The manifest array's sample axis: by dimension name when it has one."""
+    return manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis

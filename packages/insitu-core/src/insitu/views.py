@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,18 +32,67 @@ from insitu.stats import PassReport, Stats, difference
 from insitu.store.loop import in_loop_thread, submit
 
 if TYPE_CHECKING:
-    from insitu.dataset import InSituDataset
+    from insitu.arrays.geometry import ArrayGeometry
+    from insitu.arrays.transforms import SlabSpec
+    from insitu.engine.gather import Gatherer
+    from insitu.engine.loader import Engine
+    from insitu.options import ReadOptions
+    from insitu.plan.splits import SplitManifest
 
 STATE_FORMAT = "insitu.ViewState/1"
 CLOSED = object()  # put in a run's queue by close(): wakes a consumer blocked on it
 
 
+class ViewHost(Protocol):
+    """What a view and its iterators use of the dataset that made them (``InSituDataset``).
+
+    Views depend on this narrow interface, not on the dataset module, so the
+    dataset can import its views without a cycle.
+    """
+
+    options: ReadOptions
+    on_bad_chunk: BadChunkPolicy
+    manifest: SplitManifest
+    labels: tuple[ArrayGeometry, ...]
+    label_specs: dict[str, SlabSpec]
+    static_values: dict[str, np.ndarray]
+    engine: Engine
+    gatherer: Gatherer
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def drop_last(self) -> bool: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def block_chunks(self) -> int: ...
+    @property
+    def uneven(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def stats(self) -> Stats: ...
+    @property
+    def delivered_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+    def check_open(self) -> None: ...
+    def plan(
+        self, split: str, shuffle: bool, epoch: int | None = None, *, rank: int = 0, world_size: int = 1
+    ) -> EpochPlan: ...
+    def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView: ...
+    def register(self, it: ViewIterator) -> None: ...
+    def unregister(self, it: ViewIterator) -> None: ...
+    def report_pass(self, report: PassReport) -> None: ...
+
+
 class DatasetView:
     """One split of a dataset, on one rank. Iterate for batches; ``len()`` is batches per epoch."""
 
-    def __init__(
-        self, dataset: InSituDataset, split: str, *, shuffle: bool, rank: int = 0, world_size: int = 1
-    ):
+    def __init__(self, dataset: ViewHost, split: str, *, shuffle: bool, rank: int = 0, world_size: int = 1):
         self.dataset = dataset
         self.split = split
         self.shuffle = shuffle
@@ -395,5 +444,5 @@ class ViewIterator(Iterator[Batch]):
         )
 
 
-def _is_closed(ds: InSituDataset) -> bool:
+def _is_closed(ds: ViewHost) -> bool:
     return ds.closed

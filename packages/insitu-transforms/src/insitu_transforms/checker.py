@@ -34,9 +34,9 @@ import zarr
 
 from insitu.arrays.cf import cf_transform_for
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transform_config import bind_to_array
 from insitu.arrays.transforms import chain_runner, describe, output_spec, transform_fingerprint
 from insitu.errors import ConfigError
-from insitu.transform_config import bind_to_array
 
 #: Two threads must keep this many cores busy for a transform to count as releasing the GIL.
 SCALING_THRESHOLD = 1.4

@@ -40,7 +40,7 @@ class CheckTransformCommand:
 
 def load_transform(spec: str) -> Any:
     """A transform from a JSON configuration or a ``module:attribute`` import path."""
-    from insitu.transform_config import transform_from_config
+    from insitu.arrays.transform_config import transform_from_config
 
     text = spec.strip()
     if text.startswith("{"):

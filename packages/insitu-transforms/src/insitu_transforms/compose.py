@@ -14,10 +14,10 @@ from typing import Any, overload
 import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.transform_config import bind_to_array
 from insitu.arrays.transforms import describe, transform_fingerprint
 from insitu.batch import Batch
 from insitu.errors import ConfigError
-from insitu.transform_config import bind_to_array
 
 
 def _takes_name(fn: Any) -> bool:

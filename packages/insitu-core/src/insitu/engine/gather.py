@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
+from insitu.arrays.transform_config import transforms_from_config
 from insitu.batch import Batch
 from insitu.engine.buffers import BufferPool
 from insitu.engine.pool import ChunkPool
+from insitu.errors import ConfigError
 
 BatchTransform = Callable[[Batch], Batch]
 
@@ -173,3 +176,13 @@ class Gatherer:
 
     def shutdown(self, wait: bool = True) -> None:
         self.executor.shutdown(wait=wait, cancel_futures=not wait)
+
+
+def batch_transform_chain(spec: Sequence[BatchTransform | Mapping[str, Any]]) -> tuple[BatchTransform, ...]:
+    """Batch transforms as given, configurations (``{"name": ...}``) resolved through the registry;
+    anything not callable is refused by name."""
+    chain = tuple(transforms_from_config(spec))
+    for t in chain:
+        if not callable(t):
+            raise ConfigError(f"batch transform {t!r} is not callable")
+    return chain

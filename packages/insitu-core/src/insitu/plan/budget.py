@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
+from insitu.errors import ConfigError
 from insitu.plan.splits import SplitManifest
 
 logger = logging.getLogger("insitu")
@@ -123,4 +125,47 @@ def slots_per_array(
     return slots
 
 
-__all__ = ["AUTO_FRACTION", "auto_budget", "available_memory", "dataset_bytes", "slots_per_array"]
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What the pool may hold: ``budget_bytes`` in all, as ``slots`` slabs per array path."""
+
+    budget_bytes: int
+    slots: dict[str, int]
+
+
+def plan_memory(
+    arrays: Mapping[str, ArrayGeometry],
+    specs: Mapping[str, SlabSpec],
+    labels: Sequence[ArrayGeometry],
+    manifest: SplitManifest,
+    *,
+    world_size: int,
+    given: int | None,
+    statics: Mapping[str, int],
+) -> MemoryPlan:
+    """The pool's budget and its split across arrays: ``given`` bytes (``None``: ``"auto"``) less
+    what the static fields (``{label: bytes}``) keep resident for the dataset's life."""
+    static_bytes = sum(statics.values())
+    need = dataset_bytes(arrays, specs, labels, manifest, world_size)
+    if given is None:
+        budget = auto_budget(need, static_bytes)
+    else:
+        budget = max(0, given - static_bytes)
+        if statics and 0 < given <= static_bytes:
+            raise ConfigError(
+                f"static field(s) {sorted(statics)} take {static_bytes} bytes, the whole "
+                f"cache_budget_bytes={given}; raise the budget, select a region, or pass 0 to cache "
+                "nothing but the static fields"
+            )
+    return MemoryPlan(budget, slots_per_array(arrays, specs, budget, need))
+
+
+__all__ = [
+    "AUTO_FRACTION",
+    "MemoryPlan",
+    "auto_budget",
+    "available_memory",
+    "dataset_bytes",
+    "plan_memory",
+    "slots_per_array",
+]

@@ -1,0 +1,64 @@
+"""The read plans of one dataset, made on demand per (view, epoch) and kept for the current
+epoch only: at millions of chunks each plan is hundreds of MB, and epochs go forward."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.options import ReadOptions, ShardOptions
+from insitu.plan.memory import without_hugepage_hint
+from insitu.plan.order import order_with_runs
+from insitu.plan.reads import EpochPlan, plan_epoch
+from insitu.plan.splits import SplitManifest
+
+
+class EpochPlans:
+    """Plans of ``manifest``'s splits for the labels, made once per (split, order, rank, epoch)."""
+
+    def __init__(
+        self,
+        manifest: SplitManifest,
+        labels: Sequence[ArrayGeometry],
+        anchors: tuple[int, int],
+        options: ReadOptions,
+        sharding: ShardOptions,
+    ) -> None:
+        self.manifest = manifest
+        self.labels = tuple(labels)
+        self.anchors = anchors
+        self.options = options
+        self.sharding = sharding
+        self._lock = threading.Lock()
+        self._plans: dict[tuple[str, int], EpochPlan] = {}
+
+    def get(self, split: str, shuffle: bool, epoch: int, *, rank: int = 0, world_size: int = 1) -> EpochPlan:
+        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped (a
+        running pass keeps its own)."""
+        key = (f"{split}:{int(shuffle)}:{rank}/{world_size}", epoch)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._make(split, shuffle, epoch, rank, world_size)
+                self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
+                self._plans[key] = plan
+        return plan
+
+    def _make(self, split: str, shuffle: bool, epoch: int, rank: int, world_size: int) -> EpochPlan:
+        opts = self.options
+        with without_hugepage_hint():
+            order, runs = order_with_runs(
+                self.manifest,
+                split,
+                anchor_range=self.anchors,
+                epoch=epoch,
+                seed=opts.seed,
+                shuffle=shuffle,
+                block_chunks=opts.block_chunks,
+                rank=rank,
+                world_size=world_size,
+                uneven=self.sharding.uneven,
+                first_block_chunks=-(-opts.batch_size // self.manifest.chunk_len),
+            )
+            return plan_epoch(order, self.labels, opts.batch_size, opts.drop_last, runs)
