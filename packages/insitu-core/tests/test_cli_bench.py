@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import field, write_array
 
-from insitu.cli.bench_cmd import AXES, parse_grid, recommend
+from insitu.cli.bench import AXES, parse_grid, recommend
 
 SCRIPT = Path(sys.executable).with_name("insitu")
 GRID = ("--grid", "block_chunks=1,2", "--grid", "decode_threads=1,2")

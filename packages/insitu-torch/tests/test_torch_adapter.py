@@ -12,7 +12,7 @@ from _support import open_dataset, write_store
 from torch.utils.data import DataLoader, IterableDataset
 
 import insitu
-import insitu_torch.adapter
+import insitu_torch._tensors
 from insitu.batch import Batch
 from insitu.testing import AdapterConformance, assert_entry_point, assert_registers
 from insitu.testing.adapters import BatchSource, make_batches
@@ -198,7 +198,7 @@ def test_rank_comes_from_an_initialised_process_group(view: Any, tmp_path: Path)
 def test_pin_memory_without_an_accelerator_warns_and_stays_zero_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     if torch.accelerator.is_available():
         pytest.skip("an accelerator is present: pinning happens (see the CUDA tests)")
-    monkeypatch.setattr(insitu_torch.adapter, "_warned_no_pinning", False)
+    monkeypatch.setattr(insitu_torch._tensors, "_warned_no_pinning", False)
     x = np.arange(12, dtype="float32").reshape(3, 4)
     with pytest.warns(UserWarning, match="no accelerator"):
         out = to_torch(Batch({"x": x}, np.arange(3)), pin_memory=True)

@@ -45,7 +45,7 @@ def insitu_register_decoders(register: RegisterDecoder) -> None:
 @hookimpl
 def insitu_register_commands(register: RegisterCommand) -> None:
     """``insitu inspect``, ``insitu bench`` and ``insitu cache``."""
-    from insitu.cli.bench_cmd import BenchCommand
+    from insitu.cli.bench import BenchCommand
     from insitu.cli.cache_cmd import CacheCommand
     from insitu.cli.inspect_cmd import InspectCommand
 

@@ -11,7 +11,7 @@ from torch.utils.data import IterableDataset
 from insitu.sources import BatchedView, require_shardable_view
 from insitu_torch._batch import TorchBatch
 from insitu_torch._loader_checks import install_collate_refusal, refuse_pickling, refuse_worker_process
-from insitu_torch.adapter import to_torch
+from insitu_torch._tensors import to_torch
 
 install_collate_refusal()
 

@@ -104,15 +104,7 @@ def open_geometries(
         _check_sample_axis(sample_axis)
     if not isinstance(path, str):
         raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
-    # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
-    opened = run_sync(_open_arrays(store, path, wanted))
-    chosen = {name: zarr.Array(a) for name, a in opened.items()}
-    if isinstance(sample_axis, Mapping):
-        unknown = sorted(set(sample_axis) - set(chosen))
-        if unknown:
-            raise ConfigError(
-                f"sample_axis names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
-            )
+    chosen = _open_arrays_sync(store, path, wanted, sample_axis)
     dims = {name: _dimension_names(arr, arr.metadata.to_dict()) for name, arr in chosen.items()}
     skipped: dict[str, str] = {}
     if not explicit:
@@ -123,11 +115,59 @@ def open_geometries(
     all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if d})
     coords, coord_attrs = LazyCoords.pair(submit(_read_coordinates(store, path, all_dims)))
     if sample_axis is None:
-        chosen_dims = {n: dims[n] for n in chosen}
-        leading = {names[0] for names in chosen_dims.values() if names and names[0]}
-        # Several dimensions lead some array: the one that is a time axis wins, so look.
-        times = {d for d, v in coords.items() if v.dtype.kind == "M"} if len(leading) > 1 else set()
-        sample_axis = _default_sample_dim(chosen_dims, times) or 0
+        sample_axis = _default_sample_axis({n: dims[n] for n in chosen}, coords)
+    out = _geometries(chosen, sample_axis, explicit, include_static, skipped, variables)
+    for name, geom in out.items():
+        out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
+    out.sample_dim = sample_axis if isinstance(sample_axis, str) else None
+    out.chosen_by_default = by_default and out.sample_dim is not None
+    out.skipped = skipped
+    out.coords = coords
+    if sel or isel:
+        out.update(select(out, sel=sel, isel=isel))
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("open_geometries: %s", out.report())
+    return out
+
+
+def _open_arrays_sync(
+    store: Store,
+    path: str,
+    wanted: list[str] | None,
+    sample_axis: SampleAxis | Mapping[str, SampleAxis] | None,
+) -> dict[str, zarr.Array]:
+    """The arrays of the group (``wanted``, or every one), checked against a ``sample_axis`` mapping."""
+    # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
+    opened = run_sync(_open_arrays(store, path, wanted))
+    chosen = {name: zarr.Array(a) for name, a in opened.items()}
+    if isinstance(sample_axis, Mapping):
+        unknown = sorted(set(sample_axis) - set(chosen))
+        if unknown:
+            raise ConfigError(
+                f"sample_axis names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
+            )
+    return chosen
+
+
+def _default_sample_axis(
+    chosen_dims: Mapping[str, tuple[str | None, ...] | None], coords: Mapping[str, np.ndarray]
+) -> SampleAxis:
+    """The dimension leading most data variables (a time axis among several), else axis 0."""
+    leading = {names[0] for names in chosen_dims.values() if names and names[0]}
+    # Several dimensions lead some array: the one that is a time axis wins, so look.
+    times = {d for d, v in coords.items() if v.dtype.kind == "M"} if len(leading) > 1 else set()
+    return _default_sample_dim(chosen_dims, times) or 0
+
+
+def _geometries(
+    chosen: Mapping[str, zarr.Array],
+    sample_axis: SampleAxis | Mapping[str, SampleAxis],
+    explicit: bool,
+    include_static: bool,
+    skipped: dict[str, str],
+    variables: Iterable[str] | None,
+) -> Geometries:
+    """One geometry per chosen array along ``sample_axis`` (those left out recorded in ``skipped``)."""
     out = Geometries()
     for name, arr in chosen.items():
         axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
@@ -145,16 +185,6 @@ def open_geometries(
             f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
             + (f" (skipped: {skipped})" if skipped else "")
         )
-    for name, geom in out.items():
-        out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
-    out.sample_dim = sample_axis if isinstance(sample_axis, str) else None
-    out.chosen_by_default = by_default and out.sample_dim is not None
-    out.skipped = skipped
-    out.coords = coords
-    if sel or isel:
-        out.update(select(out, sel=sel, isel=isel))
-    if logger.isEnabledFor(logging.INFO):
-        logger.info("open_geometries: %s", out.report())
     return out
 
 

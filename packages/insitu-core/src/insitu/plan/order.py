@@ -18,7 +18,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 import numpy.random
@@ -208,31 +208,12 @@ def order_with_runs(
     """
     c = manifest.chunk_len
     span = _split_span(manifest, split, anchor_range)
-    chunks = None
-    if not (split == "all" and "all" not in manifest.splits):
-        chunks = manifest.chunk_ids(split)
-        inside = (chunks >= span[0] // c) & (chunks < -(-span[1] // c)) if span[1] > span[0] else chunks < 0
-        if not inside.all():
-            chunks = chunks[inside]
-        if len(chunks) > 1 and not bool((chunks[1:] != chunks[:-1]).all()):
-            chunks = None  # a chunk listed twice in a row: one unit of several entries (general path)
+    deal = _Deal(split, epoch, seed, shuffle, block_chunks, rank, world_size, first_block_chunks, uneven)
+    chunks = _whole_chunks(manifest, split, span)
     if chunks is not None:
-        # One run per chunk, all clipped to one span: runs follow from the chunk ids, so nothing
-        # per chunk is gathered in permuted order but the ids themselves.
-        ids: np.ndarray = chunks
-        n_units = len(ids)
-        if n_units == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
+        if len(chunks) == 0:  # a split made with fraction 0: it exists and yields nothing, on every rank
             return _empty_order()
-        _check_world(world_size, n_units, split)
-        rng = epoch_rng(seed, epoch, split)
-        perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
-        mine = perm[rank::world_size]
-        limit = _rank_limit(lambda: clip_chunks(ids, c, span)[1][perm], n_units, world_size, uneven)
-        bounds = _block_bounds(len(mine), block_chunks, first_block_chunks)
-        chunk_ids = ids[mine]
-        run_first, run_size = clip_chunks(chunk_ids, c, span)
-        run_starts = bounds
-        single = True
+        mine = _runs_by_chunk(chunks, c, span, deal)
     else:
         chunks, first, sizes = split_runs(manifest, split, anchor_range)
         keep = sizes > 0
@@ -240,31 +221,112 @@ def order_with_runs(
             chunks, first, sizes = chunks[keep], first[keep], sizes[keep]
         if len(chunks) == 0:
             return _empty_order()
-        # The unit of the permutation is a chunk: its entries are adjacent (several only in "all",
-        # where a chunk cut by a coordinate range has one run per split).
-        single = bool((chunks[1:] != chunks[:-1]).all())
-        unit_start = np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1])))
-        n_units = len(unit_start)
-        unit_entries = np.diff(np.append(unit_start, len(chunks)))
-        _check_world(world_size, n_units, split)
-        rng = epoch_rng(seed, epoch, split)
-        perm = rng.permutation(n_units) if shuffle else np.arange(n_units)
-        mine = perm[rank::world_size]
-        limit = _rank_limit(lambda: np.add.reduceat(sizes, unit_start)[perm], n_units, world_size, uneven)
-        bounds = _block_bounds(len(mine), block_chunks, first_block_chunks)
-        per_unit = unit_entries[mine]
-        entries = concat_runs(unit_start[mine], per_unit)
-        run_starts = np.concatenate(([0], np.cumsum(per_unit)))[bounds]
-        run_first, run_size = first[entries], sizes[entries]
-        chunk_ids = chunks[unit_start][mine]
+        mine = _runs_by_unit(chunks, first, sizes, deal)
     if c == 1:  # every run is one sample: the runs are the anchors
-        anchors = run_first.copy()
-        block_starts = run_starts.copy()
+        anchors = mine.run_first.copy()
+        block_starts = mine.run_starts.copy()
     else:
-        anchors = concat_runs(run_first, run_size)
-        block_starts = np.concatenate(([0], np.cumsum(run_size)))[run_starts]
+        anchors = concat_runs(mine.run_first, mine.run_size)
+        block_starts = np.concatenate(([0], np.cumsum(mine.run_size)))[mine.run_starts]
     if shuffle:
-        _shuffle_within_blocks(anchors, block_starts, rng)
+        _shuffle_within_blocks(anchors, block_starts, mine.rng)
+    order, regular = _even_out(anchors, block_starts, mine, c)
+    runs = EpochRuns(
+        mine.run_first, mine.run_size, mine.run_starts, regular, c, mine.single, padded=order.n_valid >= 0
+    )
+    return order, runs
+
+
+@dataclass(frozen=True)
+class _Deal:
+    """How an epoch's units (chunks) are permuted, dealt out to the ranks and cut into blocks."""
+
+    split: str
+    epoch: int
+    seed: int
+    shuffle: bool
+    block_chunks: int
+    rank: int
+    world_size: int
+    first_block_chunks: int | None
+    uneven: str
+
+    def permute(self, n_units: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+        """The epoch's generator, the permutation of every unit, this rank's units in order, and
+        the block boundaries over them."""
+        _check_world(self.world_size, n_units, self.split)
+        rng = epoch_rng(self.seed, self.epoch, self.split)
+        perm = rng.permutation(n_units) if self.shuffle else np.arange(n_units)
+        mine = perm[self.rank :: self.world_size]
+        bounds = _block_bounds(len(mine), self.block_chunks, self.first_block_chunks)
+        return rng, perm, mine, bounds
+
+    def limit(self, sizes_in_perm_order: Callable[[], np.ndarray], n_units: int) -> int | None:
+        return _rank_limit(sizes_in_perm_order, n_units, self.world_size, self.uneven)
+
+
+class _RankRuns(NamedTuple):
+    """One rank's share of an epoch, as runs of samples, before anchors are drawn from them."""
+
+    chunk_ids: np.ndarray  # the rank's chunks, block after block
+    bounds: np.ndarray  # block boundaries in chunk_ids
+    run_first: np.ndarray
+    run_size: np.ndarray
+    run_starts: np.ndarray  # block boundaries in the runs
+    single: bool  # one run per chunk
+    limit: int | None  # samples every rank delivers (None on one rank)
+    rng: np.random.Generator  # the epoch's generator, after the permutation
+
+
+def _whole_chunks(manifest: SplitManifest, split: str, span: tuple[int, int]) -> np.ndarray | None:
+    """The split's chunk ids inside ``span`` when each is one unit of one run (the fast path);
+    None when runs must be derived per entry (``"all"`` over splits, a chunk listed twice)."""
+    if split == "all" and "all" not in manifest.splits:
+        return None
+    c = manifest.chunk_len
+    chunks = manifest.chunk_ids(split)
+    inside = (chunks >= span[0] // c) & (chunks < -(-span[1] // c)) if span[1] > span[0] else chunks < 0
+    if not inside.all():
+        chunks = chunks[inside]
+    if len(chunks) > 1 and not bool((chunks[1:] != chunks[:-1]).all()):
+        return None  # a chunk listed twice in a row: one unit of several entries (general path)
+    return chunks
+
+
+def _runs_by_chunk(ids: np.ndarray, c: int, span: tuple[int, int], deal: _Deal) -> _RankRuns:
+    """One run per chunk, all clipped to one span: runs follow from the chunk ids, so nothing
+    per chunk is gathered in permuted order but the ids themselves."""
+    n_units = len(ids)
+    rng, perm, mine, bounds = deal.permute(n_units)
+    limit = deal.limit(lambda: clip_chunks(ids, c, span)[1][perm], n_units)
+    chunk_ids = ids[mine]
+    run_first, run_size = clip_chunks(chunk_ids, c, span)
+    return _RankRuns(chunk_ids, bounds, run_first, run_size, bounds, True, limit, rng)
+
+
+def _runs_by_unit(chunks: np.ndarray, first: np.ndarray, sizes: np.ndarray, deal: _Deal) -> _RankRuns:
+    """Runs from the split's entries ``(chunk, first, size)``, by chunk."""
+    # The unit of the permutation is a chunk: its entries are adjacent (several only in "all",
+    # where a chunk cut by a coordinate range has one run per split).
+    single = bool((chunks[1:] != chunks[:-1]).all())
+    unit_start = np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1])))
+    n_units = len(unit_start)
+    unit_entries = np.diff(np.append(unit_start, len(chunks)))
+    rng, perm, mine, bounds = deal.permute(n_units)
+    limit = deal.limit(lambda: np.add.reduceat(sizes, unit_start)[perm], n_units)
+    per_unit = unit_entries[mine]
+    entries = concat_runs(unit_start[mine], per_unit)
+    run_starts = np.concatenate(([0], np.cumsum(per_unit)))[bounds]
+    chunk_ids = chunks[unit_start][mine]
+    return _RankRuns(chunk_ids, bounds, first[entries], sizes[entries], run_starts, single, limit, rng)
+
+
+def _even_out(
+    anchors: np.ndarray, block_starts: np.ndarray, mine: _RankRuns, c: int
+) -> tuple[EpochOrder, int]:
+    """The rank's order, cut (``uneven="drop"``) or padded (``"pad"``) to the samples every rank
+    delivers; and the number of leading blocks that are exactly their runs."""
+    bounds, chunk_ids, limit = mine.bounds, mine.chunk_ids, mine.limit
     chunk_starts = bounds
     regular = len(bounds) - 1
     n_valid = -1
@@ -285,9 +347,7 @@ def order_with_runs(
         block_starts = np.append(block_starts, limit)
         chunk_ids = np.concatenate([chunk_ids, pad_chunks])
         chunk_starts = np.append(chunk_starts, len(chunk_ids))
-    order = EpochOrder(anchors, block_starts, chunk_ids, chunk_starts, n_valid)
-    runs = EpochRuns(run_first, run_size, run_starts, regular, c, single, padded=n_valid >= 0)
-    return order, runs
+    return EpochOrder(anchors, block_starts, chunk_ids, chunk_starts, n_valid), regular
 
 
 def _empty_order() -> tuple[EpochOrder, EpochRuns]:

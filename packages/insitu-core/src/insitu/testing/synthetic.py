@@ -246,6 +246,36 @@ def make_era5_like(
     block per variable. ``overwrite=False`` refuses to replace an existing
     store.
     """
+    _check_era5_options(variables, zarr_format, n_time, shape, chunks_time, shards_time)
+    group = zarr.open_group(store_or_path, mode="w" if overwrite else "w-", zarr_format=zarr_format)
+    group.attrs.update(
+        {
+            "title": "Synthetic ERA5-like reanalysis (insitu.testing.synthetic.make_era5_like)",
+            "seed": seed,
+            "time_step_hours": 1,
+        }
+    )
+    atmosphere = _Atmosphere(shape[0], shape[1], seed)
+    _write_era5_coordinates(group, atmosphere, n_time, zarr_format)
+    codec = _compressors(compressor, zarr_format)
+    arrays = {
+        name: _create_era5_array(
+            group, name, (n_time, *shape), chunks_time, shards_time, codec, zarr_format, dtype
+        )
+        for name in variables
+    }
+    _write_era5_fields(arrays, atmosphere, n_time, shards_time or chunks_time, dtype)
+    return zarr.open_group(group.store, mode="r", zarr_format=zarr_format)
+
+
+def _check_era5_options(
+    variables: Sequence[str],
+    zarr_format: int,
+    n_time: int,
+    shape: tuple[int, int],
+    chunks_time: int,
+    shards_time: int | None,
+) -> None:
     unknown = [v for v in variables if v not in ERA5_VARIABLES]
     if unknown:
         raise ValueError(f"unknown variables {unknown}; supported: {sorted(ERA5_VARIABLES)}")
@@ -262,15 +292,11 @@ def make_era5_like(
         if shards_time % chunks_time:
             raise ValueError(f"shards_time ({shards_time}) must be a multiple of chunks_time ({chunks_time})")
 
-    group = zarr.open_group(store_or_path, mode="w" if overwrite else "w-", zarr_format=zarr_format)
-    group.attrs.update(
-        {
-            "title": "Synthetic ERA5-like reanalysis (insitu.testing.synthetic.make_era5_like)",
-            "seed": seed,
-            "time_step_hours": 1,
-        }
-    )
-    atmosphere = _Atmosphere(n_lat, n_lon, seed)
+
+def _write_era5_coordinates(
+    group: zarr.Group, atmosphere: _Atmosphere, n_time: int, zarr_format: Literal[2, 3]
+) -> None:
+    """``time`` (hours since 2020-01-01), ``lat`` and ``lon``, each one chunk."""
     times = _create(
         group,
         "time",
@@ -298,51 +324,70 @@ def make_era5_like(
         )
         coord[:] = values.astype("float32")
 
-    block = shards_time or chunks_time
-    codec = _compressors(compressor, zarr_format)
-    arrays = {
-        name: _create(
-            group,
-            name,
-            (n_time, n_lat, n_lon),
-            ("time", "lat", "lon"),
-            dtype=dtype,
-            chunks=(chunks_time, n_lat, n_lon),
-            shards=None if shards_time is None else (shards_time, n_lat, n_lon),
-            compressors=codec,
-            zarr_format=zarr_format,
-            attributes={
-                "units": ERA5_VARIABLES[name].units,
-                "long_name": ERA5_VARIABLES[name].long_name,
-                "standard_name": ERA5_VARIABLES[name].standard_name,
-            },
-        )
-        for name in variables
-    }
+
+def _create_era5_array(
+    group: zarr.Group,
+    name: str,
+    shape: tuple[int, int, int],
+    chunks_time: int,
+    shards_time: int | None,
+    codec: Any,
+    zarr_format: Literal[2, 3],
+    dtype: DTypeLike,
+) -> zarr.Array:
+    """One empty ``(time, lat, lon)`` field with its CF attributes."""
+    _, n_lat, n_lon = shape
+    return _create(
+        group,
+        name,
+        shape,
+        ("time", "lat", "lon"),
+        dtype=dtype,
+        chunks=(chunks_time, n_lat, n_lon),
+        shards=None if shards_time is None else (shards_time, n_lat, n_lon),
+        compressors=codec,
+        zarr_format=zarr_format,
+        attributes={
+            "units": ERA5_VARIABLES[name].units,
+            "long_name": ERA5_VARIABLES[name].long_name,
+            "standard_name": ERA5_VARIABLES[name].standard_name,
+        },
+    )
+
+
+def _write_era5_fields(
+    arrays: dict[str, zarr.Array], atmosphere: _Atmosphere, n_time: int, block: int, dtype: DTypeLike
+) -> None:
+    """Step the atmosphere hour by hour, writing ``block`` hours of every field at a time."""
+    n_lat, n_lon = atmosphere.lat.size, atmosphere.lon.size
     for start in range(0, n_time, block):
         stop = min(start + block, n_time)
         # Fresh buffers per block: without a compressor, zarr's MemoryStore keeps views of the
         # written memory, so reusing one buffer would rewrite chunks already stored.
-        buffers = {name: np.empty((stop - start, n_lat, n_lon), dtype=dtype) for name in variables}
+        buffers = {name: np.empty((stop - start, n_lat, n_lon), dtype=dtype) for name in arrays}
         for hour in range(start, stop):
             u, v, p_wave = atmosphere.winds(hour)
-            # Every field draws its noise every hour, requested or not, so values do not
-            # depend on which variables were asked for.
-            fields = {
-                "t2m": atmosphere.temperature
-                + atmosphere.diurnal(hour)
-                + atmosphere.noise.normal(0, 0.15, u.shape),
-                "u10": u + atmosphere.noise.normal(0, 0.3, u.shape),
-                "v10": v + atmosphere.noise.normal(0, 0.3, u.shape),
-                "msl": atmosphere.p_clim + p_wave + atmosphere.noise.normal(0, 20.0, u.shape),
-            }
-            for name in variables:
+            fields = _era5_hour(atmosphere, hour, u, v, p_wave)
+            for name in arrays:
                 step = ERA5_VARIABLES[name].step
                 buffers[name][hour - start] = np.round(fields[name] / step) * step
             atmosphere.advance(u, v)
-        for name in variables:
+        for name in arrays:
             arrays[name][start:stop] = buffers[name]
-    return zarr.open_group(group.store, mode="r", zarr_format=zarr_format)
+
+
+def _era5_hour(
+    atmosphere: _Atmosphere, hour: int, u: np.ndarray, v: np.ndarray, p_wave: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Every field at ``hour``, before rounding to its step."""
+    # Every field draws its noise every hour, requested or not, so values do not
+    # depend on which variables were asked for.
+    return {
+        "t2m": atmosphere.temperature + atmosphere.diurnal(hour) + atmosphere.noise.normal(0, 0.15, u.shape),
+        "u10": u + atmosphere.noise.normal(0, 0.3, u.shape),
+        "v10": v + atmosphere.noise.normal(0, 0.3, u.shape),
+        "msl": atmosphere.p_clim + p_wave + atmosphere.noise.normal(0, 20.0, u.shape),
+    }
 
 
 def make_linear_regression(
