@@ -114,6 +114,8 @@ def transform_output(t: ChunkTransform, spec: SlabSpec, name: str) -> SlabSpec:
         else:
             shape, dtype = declare(spec.shape, spec.dtype)
         out = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
+    except ConfigError:
+        raise  # already names what is wrong (a Compose's member, a bound transform's check)
     except Exception as exc:
         raise ConfigError(
             f"chunk transform {describe(t)} for array {name!r}: out_spec{spec.shape, str(spec.dtype)} "
