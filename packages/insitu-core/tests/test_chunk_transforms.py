@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from conftest import CountingStore, field, write_array
 from zarr.storage import LocalStore
 
@@ -56,9 +57,19 @@ class Unpack:
         return shape, np.float32
 
 
-class Undeclared:
+class WidensLargeValues:
+    """float32 -> float64 only for slabs holding a value above 100: its output depends on the values,
+    which a probe on zeros cannot see."""
+
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
-        return block.astype(np.float64)
+        return block.astype(np.float64) if block.max() > 100 else block
+
+
+class TrimsLargeValues:
+    """Drops the last column of slabs holding a value above 100: a shape that depends on the values."""
+
+    def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
+        return block[..., :-1] if block.max() > 100 else block
 
 
 class DropsSamples:
@@ -156,20 +167,24 @@ def test_int16_packed_values_decode_to_float32(tmp_path: Path, budget: Any) -> N
 
 
 @pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
-def test_an_undeclared_change_is_an_error_naming_the_transform_and_the_array(
-    grid: tuple[Path, np.ndarray], budget: Any
+@pytest.mark.parametrize(
+    ("transform", "differs"), [(WidensLargeValues(), "float64"), (TrimsLargeValues(), "(4, 4, 5)")]
+)
+def test_a_transform_whose_output_differs_from_the_probe_is_an_error_naming_it_and_the_array(
+    grid: tuple[Path, np.ndarray], budget: Any, transform: Any, differs: str
 ) -> None:
-    root, _ = grid
-    with (
-        _open(root, chunk_transforms=[Undeclared()], cache_budget_bytes=budget) as ds,
-        pytest.raises(ConfigError) as err,
-    ):
-        list(ds.train)
+    root, _ = grid  # samples from 10 on hold values above 100: the first slab passes, later ones differ
+    with _open(root, chunk_transforms=[transform], cache_budget_bytes=budget) as ds:
+        assert ds.train.dtypes == {"x": np.dtype(np.float32)}  # what the probe on zeros found
+        assert ds.train.sample_shapes == {"x": (4, 6)}
+        with pytest.raises(ConfigError) as err:
+            list(ds.train)
     msg = str(err.value)
-    assert "Undeclared" in msg
+    assert type(transform).__name__ in msg
     assert "'x'" in msg
     assert "out_spec" in msg
-    assert "float64" in msg
+    assert "zeros" in msg
+    assert differs in msg
 
 
 def test_changing_the_sample_axis_length_is_refused_at_construction(grid: tuple[Path, np.ndarray]) -> None:
@@ -195,6 +210,121 @@ def test_each_chunk_is_transformed_once_per_epoch_and_not_again_when_cached(
         assert sorted(calls) == [2] + [4] * 7
         _iterate_all(ds)  # everything cached: no chunk transformed twice
         assert len(calls) == 8
+
+
+# -- plain callables: the output found by probing ------------------------------------------------------
+def mean_last(name: str, block: np.ndarray) -> np.ndarray:
+    return block.mean(axis=-1)
+
+
+def half(name: str, block: np.ndarray) -> np.ndarray:
+    return block.astype("float16")
+
+
+def to_3x4(name: str, block: np.ndarray) -> np.ndarray:
+    return block.reshape(block.shape[0], 3, 4)
+
+
+def to_4x6(name: str, block: np.ndarray) -> np.ndarray:
+    return block.reshape(-1, 4, 6)
+
+
+def _chain(*fns: Any) -> Any:
+    def apply(a: np.ndarray) -> np.ndarray:
+        for f in fns:
+            a = f("x", a)
+        return a
+
+    return apply
+
+
+PLAIN = {
+    # name: (source sample shape, chain, delivered dtype, delivered sample shape)
+    "mean-last-axis": ((3, 4), [mean_last], np.float32, (3,)),
+    "cast-float16": ((4, 6), [half], np.float16, (4, 6)),
+    "reshape-12-to-3x4": ((12,), [to_3x4], np.float32, (3, 4)),
+    "plain-declared-plain": ((24,), [to_4x6, Coarsen2(), half], np.float16, (2, 3)),
+    "lambda-mean": ((3, 4), [lambda label, block: block.mean(axis=-1)], np.float32, (3,)),
+}
+
+
+@pytest.mark.parametrize("case", list(PLAIN))
+@pytest.mark.parametrize("budget", ["auto", 0], ids=["pooled", "streamed"])
+def test_a_plain_callable_that_changes_shape_or_dtype_runs_without_out_spec(
+    tmp_path: Path, case: str, budget: Any
+) -> None:
+    sample_shape, chain, dtype, shape = PLAIN[case]
+    write_array(tmp_path, "x", field(30, sample_shape, seed=5), (4, *sample_shape))
+    source = np.asarray(zarr.open_array(LocalStore(tmp_path, read_only=True), path="x", mode="r")[...])
+    with _open(tmp_path, chunk_transforms=chain, cache_budget_bytes=budget) as ds:
+        assert ds.train.dtypes == {"x": np.dtype(dtype)}
+        assert ds.train.sample_shapes == {"x": shape}
+        apool = ds.pool.arrays["x"]  # slots sized for the probed output
+        assert apool.arena.dtype == np.dtype(dtype)
+        assert apool.arena.shape[1:] == shape
+        assert apool.slot_nbytes == 4 * int(np.prod(shape)) * np.dtype(dtype).itemsize
+        seen = []
+        for b in _iterate_all(ds):
+            assert b["x"].dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(b["x"], _chain(*chain)(source[b.sample_indices]))
+            seen.append(b.sample_indices)
+    assert sorted(np.concatenate(seen).tolist()) == list(range(30))
+
+
+@pytest.mark.parametrize(
+    "drops",
+    [
+        lambda name, block: block[::2],
+        lambda name, block: block.sum(axis=0),  # (4, 4, 6) -> (4, 6): four rows, but not samples
+        lambda name, block: block.reshape(-1),
+        lambda name, block: float(block.mean()),
+    ],
+    ids=["every-other", "sum-over-samples", "flatten", "scalar"],
+)
+def test_a_plain_callable_that_changes_the_number_of_samples_is_refused_with_why(
+    grid: tuple[Path, np.ndarray], drops: Any
+) -> None:
+    root, _ = grid
+    with pytest.raises(ConfigError) as err:
+        _open(root, chunk_transforms=[drops])
+    msg = str(err.value)
+    assert "<lambda>" in msg
+    assert "'x'" in msg
+    assert "changes the number of samples" in msg
+    assert "sample-axis length 4" in msg
+    assert "addressed by their index" in msg
+
+
+def test_a_plain_callable_that_fails_on_the_probe_is_refused_naming_out_spec(
+    grid: tuple[Path, np.ndarray],
+) -> None:
+    root, _ = grid
+
+    def needs_data(name: str, block: np.ndarray) -> np.ndarray:
+        if not block.any():
+            raise ValueError("an empty slab")
+        return block
+
+    with pytest.raises(ConfigError, match=r"needs_data.*'x'.*zeros.*an empty slab.*define out_spec"):
+        _open(root, chunk_transforms=[needs_data])
+    needs_data.out_spec = lambda shape, dtype: (shape, dtype)  # type: ignore[attr-defined]
+    with _open(root, chunk_transforms=[needs_data]) as ds:  # declared: not probed
+        assert len(list(ds.train)) > 0
+
+
+def test_a_static_field_takes_a_plain_callable(tmp_path: Path) -> None:
+    write_array(tmp_path, "x", field(12, (3, 4), seed=1), (4, 3, 4), dimension_names=("time", "lat", "lon"))
+    mask = np.arange(12, dtype="f4").reshape(3, 4)
+    write_array(tmp_path, "land", mask, (3, 4), dimension_names=("lat", "lon"))
+    store = LocalStore(tmp_path, read_only=True)
+    g = insitu.open_geometries(store, include_static=True)
+    assert g["land"].static
+    with insitu.InSituDataset(
+        store, insitu.split_by_chunk(g["x"], (1.0,)), g, batch_size=4, chunk_transforms=[mean_last]
+    ) as ds:
+        b = next(iter(ds.train))
+    np.testing.assert_array_equal(b["land"], mean_last("land", mask[np.newaxis]))  # delivered as (1, 3)
+    assert b["x"].shape == (4, 3)
 
 
 # -- fingerprints ------------------------------------------------------------------------------------
@@ -234,6 +364,9 @@ import numpy as np
 def offset(name, block):
     return block + 1
 
+def mean_last(name, block):
+    return block.mean(axis=-1)
+
 class Scale:
     def __init__(self, k):
         self.k = k
@@ -253,7 +386,7 @@ root, cache, k, arrays = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[
 store = RecordingStore(LocalStore(root, read_only=True))
 geoms = insitu.open_geometries(store, variables=arrays)
 manifest = insitu.split_by_chunk(geoms["x"], (1.0,))
-transforms = {{"x": [ut.offset], "y": [ut.Scale(k)]}}
+transforms = {{"x": [ut.offset], "y": [ut.Scale(k)], "z": [ut.mean_last]}}
 transforms = {{a: t for a, t in transforms.items() if a in arrays}}
 persist = sys.argv[5] if len(sys.argv) > 5 else True
 with insitu.InSituDataset(store, manifest, geoms, batch_size=4, cache_dir=cache, persist=persist,
@@ -261,7 +394,7 @@ with insitu.InSituDataset(store, manifest, geoms, batch_size=4, cache_dir=cache,
     for b in ds.train:
         for a in arrays:
             src = np.asarray(__import__("zarr").open_array(LocalStore(root, read_only=True), path=a, mode="r")[...])
-            want = {{"x": src + 1, "y": src * k, "z": src}}[a][b.sample_indices]
+            want = {{"x": src + 1, "y": src * k, "z": src.mean(axis=-1)}}[a][b.sample_indices]
             np.testing.assert_array_equal(b[a], want.astype(b[a].dtype))
 reads = {{a: sum(n for key, n in store.chunk_gets().items() if key.startswith(a + "/")) for a in arrays}}
 print(json.dumps(reads))
@@ -292,6 +425,17 @@ def test_persisted_cache_with_plain_transforms_is_reused_by_a_new_process(
     cache = tmp_path / "cache"
     assert _run_in_new_process(two_arrays, cache, 2.0, "x,y") == {"x": 4, "y": 4}
     assert _run_in_new_process(two_arrays, cache, 2.0, "x,y") == {"x": 0, "y": 0}
+
+
+def test_persisted_cache_of_a_probed_output_is_reused_by_a_new_process(
+    two_arrays: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assert _run_in_new_process(two_arrays, cache, 2.0, "x,z") == {"x": 4, "z": 4}
+    index = json.loads((cache / "index.json").read_text())
+    assert index["arrays"]["z"]["slot_shape"] == [4, 3]  # (16, 3, 4) in chunks of 4, mean over the last axis
+    assert index["arrays"]["z"]["dtype"] == np.dtype(np.float32).str
+    assert _run_in_new_process(two_arrays, cache, 2.0, "x,z") == {"x": 0, "z": 0}
 
 
 def test_cache_invalidation_is_per_array(two_arrays: Path, tmp_path: Path) -> None:

@@ -68,11 +68,25 @@ def test_a_declared_transform_passes_with_its_cost(store_path: Path) -> None:
     assert "OK" in str(report)
 
 
-def test_an_undeclared_dtype_change_is_the_engines_error(store_path: Path) -> None:
+def test_an_undeclared_dtype_change_is_found_by_the_probe(store_path: Path) -> None:
     report = check_transform(undeclared_half, str(store_path), "t2m", measure_threads=False)
+    assert report.ok, str(report)
+    assert report.probed
+    assert report.declared_dtype == report.output_dtype == "float16"
+    assert "probed output" in str(report)
+
+
+def widens_positive(name: str, block: np.ndarray) -> np.ndarray:
+    """float64 for slabs holding a positive value: zeros cannot show it."""
+    return block.astype(np.float64) if block.max() > 0 else block
+
+
+def test_an_output_that_depends_on_the_values_is_the_engines_error(store_path: Path) -> None:
+    report = check_transform(widens_positive, str(store_path), "t2m", measure_threads=False)
     assert not report.ok
-    assert report.output_dtype == "float16"
-    assert report.declared_dtype == "float32"
+    assert report.probed
+    assert report.declared_dtype == "float32"  # the probe on zeros
+    assert report.output_dtype == "float64"  # the real chunk
     assert any("must define out_spec" in p for p in report.problems)
 
 
@@ -128,7 +142,7 @@ def test_the_command_line_runs_the_checker(store_path: Path) -> None:
     assert report["ok"] is True
     assert report["output_dtype"] == "float16"
     bad = subprocess.run(
-        [str(script), "check-transform", "tests_checker_helpers:undeclared", str(store_path), "t2m"],
+        [str(script), "check-transform", "tests_checker_helpers:value_dependent", str(store_path), "t2m"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -195,8 +195,12 @@ def test_a_composed_chain_runs_once_per_chunk_through_the_engine(tmp_path: Path)
     with insitu.InSituDataset(store, manifest, batch_size=5, chunk_transforms=[chain]) as ds:
         assert ds.train.sample_shapes == {"a": (4, 12), "b": (4, 12)}
         assert ds.train.dtypes == {"a": np.dtype("f2"), "b": np.dtype("f2")}
+        # Counting declares no out_spec: probed on two slabs of zeros per array at construction.
+        probed = dict(counting.calls)
+        assert probed == {"a": 2, "b": 2}
         batches = list(ds.train) + list(ds.val)
-        assert counting.calls == {"a": 6, "b": 6}  # 24 samples in chunks of 4: each decoded once
+        ran = {k: n - probed[k] for k, n in counting.calls.items()}
+        assert ran == {"a": 6, "b": 6}  # 24 samples in chunks of 4: each decoded once
     for b in batches:
         want = np.nan_to_num(data["a"][b.sample_indices], nan=-5.0)[:, 2:6].astype("f2")
         np.testing.assert_array_equal(b["a"], want)
@@ -219,3 +223,26 @@ def test_fill_nan_is_the_public_name_and_nan_to_num_its_alias() -> None:
     assert FillNaN(value=2.0, labels=["sst"]).fingerprint() != FillNaN(2.0).fingerprint()
     unselected = np.array([np.nan, 1.0])
     assert FillNaN(0.0, labels=["y"])("x", unselected) is unselected
+
+
+def test_compose_finds_the_output_of_a_plain_member_as_the_engine_does() -> None:
+    def mean_last(name: str, block: np.ndarray) -> np.ndarray:
+        return block.mean(axis=-1)
+
+    chain = Compose([mean_last, Cast("f2")])
+    assert chain.out_spec((4, 3, 5), np.dtype("f4"), name="t") == ((4, 3), np.dtype("f2"))
+    block = np.arange(60, dtype="f4").reshape(4, 3, 5)
+    out = chain("t", block)
+    assert (out.shape, out.dtype) == ((4, 3), np.dtype("f2"))
+    geom = insitu.ArrayGeometry(
+        "t", "t", (8, 3, 5), np.dtype("f4"), (4, 3, 5), dimension_names=("time", "a", "b")
+    )
+    assert output_spec(geom, [chain]) == output_spec(geom, [mean_last, Cast("f2")])
+
+
+def test_compose_refuses_a_plain_member_that_changes_the_number_of_samples() -> None:
+    def every_other(name: str, block: np.ndarray) -> np.ndarray:
+        return block[::2]
+
+    with pytest.raises(ConfigError, match=r"every_other.*'t'.*changes the number of samples"):
+        Compose([Cast("f2"), every_other]).out_spec((4, 3), np.dtype("f4"), name="t")

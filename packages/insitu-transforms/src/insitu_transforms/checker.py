@@ -3,8 +3,10 @@
 ``check_transform(t, store_or_view, label)`` reads the first chunk of an
 array (the selection a view's geometry carries included), and reports:
 
-* whether the output matches what ``out_spec`` declares (shape and dtype), the
-  error the engine would raise at the first chunk otherwise;
+* whether the output matches what ``out_spec`` declares (shape and dtype), or
+  for a transform without ``out_spec`` what the engine's probe on slabs of
+  zeros finds (a transform whose output depends on the values differs here),
+  the error the engine would raise at that chunk otherwise;
 * whether it has a stable identity for the persisted cache (``fingerprint()``
   or a derivable default);
 * its time per chunk, beside the time to read and decode that chunk;
@@ -35,7 +37,13 @@ import zarr
 from insitu.arrays.cf import cf_transform_for
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transform_config import bind_to_array
-from insitu.arrays.transforms import chain_runner, describe, output_spec, transform_fingerprint
+from insitu.arrays.transforms import (
+    DeclaresOutput,
+    chain_runner,
+    describe,
+    output_spec,
+    transform_fingerprint,
+)
 from insitu.errors import ConfigError
 
 #: Two threads must keep this many cores busy for a transform to count as releasing the GIL.
@@ -49,7 +57,8 @@ NEGLIGIBLE_SECONDS = 1e-3
 @dataclass
 class TransformReport:
     """What :func:`check_transform` found. ``ok`` is False when the output contradicts ``out_spec``
-    or the transform raised; ``problems`` says why."""
+    (or, for a transform without one, what a probe on zeros found: ``probed``) or the transform
+    raised; ``problems`` says why."""
 
     transform: str
     label: str
@@ -64,6 +73,7 @@ class TransformReport:
     read_seconds_per_chunk: float | None = None
     two_thread_speedup: float | None = None
     releases_gil: bool | None = None
+    probed: bool = False
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -78,7 +88,8 @@ class TransformReport:
         lines = [f"{self.transform} on {self.label!r}: {'OK' if self.ok else 'PROBLEMS'}"]
         lines.append(f"  input            {list(self.input_shape)} {self.input_dtype}")
         if self.declared_shape is not None:
-            lines.append(f"  declared output  {list(self.declared_shape)} {self.declared_dtype}")
+            how = "probed output   " if self.probed else "declared output "
+            lines.append(f"  {how} {list(self.declared_shape)} {self.declared_dtype}")
         if self.output_shape is not None:
             lines.append(f"  actual output    {list(self.output_shape)} {self.output_dtype}")
         lines.append(f"  fingerprint      {self.fingerprint or '(none: not persistable)'}")
@@ -140,6 +151,7 @@ def check_transform(
         report.problems.append(str(exc))
         return report
     report.declared_shape, report.declared_dtype = (block.shape[0], *spec.sample_shape), str(spec.dtype)
+    report.probed = not isinstance(transform, DeclaresOutput)  # found on zeros, as the engine does
     run = chain_runner(geom.name, [transform], spec)
     try:
         out = run(block.copy())

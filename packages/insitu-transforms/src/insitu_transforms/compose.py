@@ -7,7 +7,6 @@ named, registered, reused and nested.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
@@ -15,17 +14,9 @@ import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transform_config import bind_to_array
-from insitu.arrays.transforms import describe, transform_fingerprint
+from insitu.arrays.transforms import SlabSpec, describe, transform_fingerprint, transform_output
 from insitu.batch import Batch
 from insitu.errors import ConfigError
-
-
-def _takes_name(fn: Any) -> bool:
-    """Whether an ``out_spec`` takes the array's name, as the engine decides it."""
-    try:
-        return "name" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _members(transforms: Iterable[Any], what: str) -> tuple[Any, ...]:
@@ -41,9 +32,9 @@ def _members(transforms: Iterable[Any], what: str) -> tuple[Any, ...]:
 class Compose:
     """Chunk transforms applied in order, as one chunk transform: ``Compose([Crop(...), Cast("float16")])``.
 
-    ``out_spec`` runs each member's ``out_spec`` on the previous one's output
-    (passing the array's name to those that take it, as the engine does;
-    members without one keep shape and dtype), and ``fingerprint`` is made of
+    ``out_spec`` finds each member's output from the previous one's as the
+    engine does (its ``out_spec``, given the array's name where it takes it;
+    a member without one is probed on slabs of zeros), and ``fingerprint`` is made of
     the members' fingerprints, so the persisted cache knows the chain.
 
     Called with a single :class:`~insitu.batch.Batch`, it applies its members
@@ -87,18 +78,12 @@ class Compose:
     def out_spec(
         self, shape: tuple[int, ...], dtype: np.dtype[Any], *, name: str
     ) -> tuple[tuple[int, ...], np.dtype[Any]]:
-        """What the chain makes of a slab of ``shape`` and ``dtype`` of array ``name``."""
-        spec_shape, spec_dtype = tuple(shape), np.dtype(dtype)
+        """What the chain makes of a slab of ``shape`` and ``dtype`` of array ``name``: each member's
+        output as the engine finds it (its ``out_spec``, or a probe on zeros for a member without one)."""
+        spec = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
         for t in self.transforms:
-            declare = getattr(t, "out_spec", None)
-            if declare is None:
-                continue
-            if _takes_name(declare):
-                out_shape, out_dtype = declare(spec_shape, spec_dtype, name=name)
-            else:
-                out_shape, out_dtype = declare(spec_shape, spec_dtype)
-            spec_shape, spec_dtype = tuple(int(s) for s in out_shape), np.dtype(out_dtype)
-        return spec_shape, spec_dtype
+            spec = transform_output(t, spec, name)
+        return spec.shape, spec.dtype
 
     def fingerprint(self) -> str:
         """``Compose[<fingerprint>|<fingerprint>|...]``: the members' identities, in order."""

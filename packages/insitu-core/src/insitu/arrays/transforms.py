@@ -2,22 +2,34 @@
 
 A chunk transform is a callable ``(name, block) -> block`` run once per
 decoded slab (sample axis first), before the slab enters the pool. It may
-change the dtype and the per-sample shape if it says so:
+change the dtype and the per-sample shape; the pool sizes its slots for the
+output, which is declared or found by trying:
 
 * ``out_spec(shape, dtype) -> (shape, dtype)`` declares the output for an
-  input of ``shape`` (``(chunk_len, *sample_shape)``) and ``dtype``. The pool
-  sizes its slots for the declared output. Omitted: output = input. The
-  sample-axis length must be kept (samples are addressed by index). A
+  input of ``shape`` (``(chunk_len, *sample_shape)``) and ``dtype``. A
   transform that treats arrays differently may take the array's name as a
   keyword: ``out_spec(shape, dtype, *, name)``.
+* Omitted, the output is found by trying (:func:`probe_output`): when the
+  dataset is built, the transform is called on a slab of zeros of its
+  input's shape and dtype (the full chunk shape, as the transforms before it
+  leave it) and on a shorter one, the way ``jax.eval_shape`` finds a
+  function's output. Zeros, not a real chunk: the spec is needed before
+  anything is read, and reading a chunk per array at construction would cost
+  a round trip per array on a remote store. A transform whose output shape
+  or dtype depends on the values (not only on the input's shape and dtype)
+  must declare ``out_spec``; every real slab is still checked against the
+  spec, so such a transform is a clear error at the slab where it differs,
+  never a wrong sample.
+* The sample-axis length must be kept, declared or probed: samples are
+  addressed by their index along it.
 * ``fingerprint() -> str`` names the transform and its parameters for the
   persisted cache. Omitted: a default made of the qualified name, a hash of
   the code and a hash of the pickled state, stable across processes; a
   transform whose state cannot be pickled must define ``fingerprint()`` to be
   persisted.
 
-An undeclared change of shape or dtype is a clear error naming the transform
-and the array, at the first chunk.
+A slab whose output differs from the declared or probed spec is a clear error
+naming the transforms and the array.
 """
 
 from __future__ import annotations
@@ -79,35 +91,102 @@ def source_spec(geom: ArrayGeometry) -> SlabSpec:
 def output_spec(
     geom: ArrayGeometry, transforms: Sequence[ChunkTransform], *, start: SlabSpec | None = None
 ) -> SlabSpec:
-    """The slab a chain of transforms produces from one decoded slab of ``geom`` (or from ``start``)."""
+    """The slab a chain of transforms produces from one decoded slab of ``geom`` (or from ``start``).
+
+    Each transform's ``out_spec`` where it declares one, else its output on a probe slab of zeros
+    (:func:`probe_output`)."""
     spec = source_spec(geom) if start is None else start
     for t in transforms:
-        declare = getattr(t, "out_spec", None)  # the DeclaresOutput protocol
-        if declare is None:
-            continue
-        try:
-            if _takes_name(declare):
-                shape, dtype = declare(spec.shape, spec.dtype, name=geom.name)
-            else:
-                shape, dtype = declare(spec.shape, spec.dtype)
-            out = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
-        except Exception as exc:
-            raise ConfigError(
-                f"chunk transform {describe(t)} for array {geom.name!r}: out_spec{spec.shape, str(spec.dtype)} "
-                f"failed: {exc!r}"
-            ) from exc
-        if not out.shape or out.shape[0] != spec.shape[0]:
-            raise ConfigError(
-                f"chunk transform {describe(t)} for array {geom.name!r} declares output shape {out.shape} "
-                f"from {spec.shape}; chunk transforms must keep the sample-axis length {spec.shape[0]}"
-            )
-        if out.dtype.hasobject or out.dtype.kind not in "biufc":
-            raise ConfigError(
-                f"chunk transform {describe(t)} for array {geom.name!r} declares dtype {out.dtype}; "
-                "only numeric dtypes can be pooled"
-            )
-        spec = out
+        spec = transform_output(t, spec, geom.name)
     return spec
+
+
+def transform_output(t: ChunkTransform, spec: SlabSpec, name: str) -> SlabSpec:
+    """The slab one chunk transform ``t`` makes from a slab ``spec`` of array ``name``: what its
+    ``out_spec`` declares, or (none declared) what :func:`probe_output` finds; checked to keep the
+    sample-axis length and to be a numeric dtype the pool can hold."""
+    declare = getattr(t, "out_spec", None)  # the DeclaresOutput protocol
+    if declare is None:
+        return probe_output(t, spec, name)
+    try:
+        if _takes_name(declare):
+            shape, dtype = declare(spec.shape, spec.dtype, name=name)
+        else:
+            shape, dtype = declare(spec.shape, spec.dtype)
+        out = SlabSpec(tuple(int(s) for s in shape), np.dtype(dtype))
+    except ConfigError:
+        raise  # already names what is wrong (a Compose's member, a bound transform's check)
+    except Exception as exc:
+        raise ConfigError(
+            f"chunk transform {describe(t)} for array {name!r}: out_spec{spec.shape, str(spec.dtype)} "
+            f"failed: {exc!r}"
+        ) from exc
+    if not out.shape or out.shape[0] != spec.shape[0]:
+        raise ConfigError(
+            f"chunk transform {describe(t)} for array {name!r} declares output shape {out.shape} "
+            f"from {spec.shape}; chunk transforms must keep the sample-axis length {spec.shape[0]}"
+        )
+    _check_poolable(t, name, out, "declares")
+    return out
+
+
+def probe_output(t: ChunkTransform, spec: SlabSpec, name: str) -> SlabSpec:
+    """The output of ``t`` (no ``out_spec``) on a slab ``spec`` of array ``name``, found by calling
+    it on slabs of zeros of that dtype and sample shape: one of the full length ``spec.shape[0]``
+    and one shorter (half as long; two rows for a one-row slab), as a short last slab is.
+
+    Two lengths, so that an output whose first axis does not follow the number of samples is caught
+    even where the slab length equals one of the other sizes (``block.sum(axis=0)`` on a ``(4, 4, 6)``
+    slab makes ``(4, 6)``, which one probe could not tell from a per-sample reduction).
+    Floating-point warnings are silenced for the calls (zeros divide into NaN harmlessly). Raises
+    ConfigError when a call fails, when the output does not keep the number of samples, or when its
+    dtype is not numeric."""
+    rows = spec.shape[0]
+    full = _probe_once(t, spec.shape, spec.dtype, name)
+    short_rows = rows // 2 if rows > 1 else 2
+    short = _probe_once(t, (short_rows, *spec.sample_shape), spec.dtype, name)
+    for n, result in ((rows, full), (short_rows, short)):
+        if result.ndim == 0 or result.shape[0] != n:
+            raise ConfigError(
+                f"chunk transform {describe(t)} for array {name!r} turned a {(n, *spec.sample_shape)}/"
+                f"{spec.dtype} slab of zeros (a probe for its output, as it declares no out_spec) into "
+                f"{result.shape}/{result.dtype}: it changes the number of samples along the sample axis "
+                f"({n} -> {result.shape[0] if result.ndim else 'none'}). Chunk transforms must keep the "
+                f"sample-axis length {rows}: samples are addressed by their index along that axis, so a "
+                "transform that drops, merges or adds samples would misplace every index after it. "
+                "Reduce or reshape the other axes; select samples with a split or sel/isel"
+            )
+    if full.shape[1:] != short.shape[1:] or full.dtype != short.dtype:
+        raise ConfigError(
+            f"chunk transform {describe(t)} for array {name!r} declares no out_spec, and its output on "
+            f"slabs of zeros depends on the number of samples: {full.shape}/{full.dtype} from {rows} rows, "
+            f"{short.shape}/{short.dtype} from {short_rows}; a slab's samples must come out the same "
+            "whatever the slab's length (the last slab of an array is often shorter)"
+        )
+    out = SlabSpec((rows, *(int(s) for s in full.shape[1:])), full.dtype)
+    _check_poolable(t, name, out, "makes (probed with zeros)")
+    return out
+
+
+def _probe_once(t: ChunkTransform, shape: tuple[int, ...], dtype: np.dtype[Any], name: str) -> np.ndarray:
+    probe = np.zeros(shape, dtype)
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(t(name, probe))
+    except Exception as exc:
+        raise ConfigError(
+            f"chunk transform {describe(t)} for array {name!r} declares no out_spec, so it is called on a "
+            f"{shape}/{dtype} slab of zeros to find its output shape and dtype, and it raised {exc!r}; "
+            "define out_spec(shape, dtype) -> (shape, dtype) to declare its output instead"
+        ) from exc
+
+
+def _check_poolable(t: Any, name: str, out: SlabSpec, how: str) -> None:
+    if out.dtype.hasobject or out.dtype.kind not in "biufc":
+        raise ConfigError(
+            f"chunk transform {describe(t)} for array {name!r} {how} dtype {out.dtype}; "
+            "only numeric dtypes can be pooled"
+        )
 
 
 def _takes_name(fn: Any) -> bool:
@@ -121,7 +200,7 @@ def chain_runner(
     name: str, transforms: Sequence[ChunkTransform], out: SlabSpec
 ) -> Callable[[np.ndarray], np.ndarray]:
     """``run(block) -> block``: the chain applied to a slab (maybe a short last one), checked
-    against the declared output ``out``."""
+    against ``out``, the chain's output as :func:`output_spec` found it (declared or probed)."""
     transforms = tuple(transforms)
 
     def run(block: np.ndarray) -> np.ndarray:
@@ -131,15 +210,19 @@ def chain_runner(
             result = t(name, result)
         result = np.asarray(result)
         if result.shape != (rows, *out.sample_shape) or result.dtype != out.dtype:
-            declared = (
-                "declares no out_spec"
-                if not any(isinstance(t, DeclaresOutput) for t in transforms)
-                else (f"declared {(rows, *out.sample_shape)}/{out.dtype}")
+            expected = f"{(rows, *out.sample_shape)}/{out.dtype}"
+            probed = [describe(t) for t in transforms if not isinstance(t, DeclaresOutput)]
+            found = (
+                f"declares {expected}"
+                if not probed
+                else f"was expected to make {expected}, found by calling {probed} (no out_spec) on slabs "
+                "of zeros"
             )
             raise ConfigError(
                 f"chunk transforms {[describe(t) for t in transforms]} for array {name!r} turned a "
                 f"{block.shape}/{block.dtype} slab into {result.shape}/{result.dtype}, but the chain "
-                f"{declared}; a transform that changes shape or dtype must define out_spec(shape, dtype)"
+                f"{found}; a transform whose output shape or dtype depends on the values (not only on "
+                "the input's shape and dtype) must define out_spec(shape, dtype)"
             )
         return result
 
