@@ -28,6 +28,7 @@ from insitu.arrays.lazycoords import LazyCoords, LazyValues
 from insitu.arrays.statics import read_statics, static_spec
 from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.batch import Batch
+from insitu.engine.concurrency import LimitChange
 from insitu.engine.gather import BatchTransform, Gatherer, batch_transform_chain
 from insitu.engine.loader import Engine
 from insitu.engine.residency import open_pool
@@ -75,7 +76,7 @@ class InSituDataset:
         *,
         batch_size: int = 32,
         block_chunks: int = 16,
-        max_inflight: int = 32,
+        max_inflight: int = 256,
         seed: int = 0,
         shuffle: bool = True,
         prefetch: int = 2,
@@ -389,7 +390,23 @@ class InSituDataset:
         out["resident_bytes"] = self.pool.resident_bytes
         out["peak_resident_bytes"] = self.pool.peak_resident_bytes
         out["budget_bytes"] = self.pool.budget_bytes
+        if self.engine.adapts_inflight:
+            summary = self.engine.concurrency.controller.summary()
+            out["inflight_limit"] = summary["limit"]
+            out["inflight_limit_max"] = summary["max"]
+            out["inflight_changes"] = summary["changes"]
+            out["congestion_events"] = summary["congestion_events"]
         return Stats.from_counters(out)
+
+    @property
+    def inflight_trajectory(self) -> tuple[LimitChange, ...]:
+        """How many requests the engine has allowed in flight to the store over this dataset's life:
+        each change with its time (seconds from the first read), the new limit and why (``"rising"``,
+        ``"latency"``, ``"probe"``; backoffs ``"throttled"``, ``"timeout"``, ``"retried"``,
+        ``"error"``). Empty for local files, which are read in the decode threads."""
+        if not self.engine.adapts_inflight:
+            return ()
+        return tuple(self.engine.concurrency.controller.trajectory)
 
     def add_stats_callback(self, callback: Callable[[PassReport], Any]) -> None:
         """Call ``callback(report)`` when each pass over a view ends (an epoch, or a pass stopped

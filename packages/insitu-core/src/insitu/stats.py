@@ -52,6 +52,10 @@ class Stats(Mapping[str, Any]):
     resident_bytes: int = 0  #: gauge: pool bytes holding slabs now
     peak_resident_bytes: int = 0  #: gauge: most ever held
     budget_bytes: int = 0  #: gauge: the pool's byte budget
+    inflight_limit: int = 0  #: gauge: requests in flight the engine allows now (0: local files, no limit)
+    inflight_limit_max: int = 0  #: gauge: the most it allowed so far (at most ``max_inflight``)
+    inflight_changes: int = 0  #: times the engine changed that limit (see ``InSituDataset.inflight_trajectory``)
+    congestion_events: int = 0  #: throttled responses, timeouts, failed or retried reads that made it back off
     hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded + slabs_streamed)
     stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
     samples_per_s: float = 0.0  #: rate: samples / iterating_s
@@ -97,6 +101,7 @@ PASS_COUNTERS = (
     "slab_hits",
     "retries",
     "timeouts",
+    "congestion_events",
     "bad_chunks",
     "missing_chunks",
     "skipped_samples",
@@ -117,6 +122,8 @@ class PassReport:
     waiting_s: float
     completed: bool  #: False when the consumer stopped the pass with the iterator's close()
     engine: Mapping[str, int]  #: differences of :data:`PASS_COUNTERS` over the pass
+    #: requests-in-flight limit at the pass's start and each the engine chose during it (remote stores)
+    inflight: tuple[int, ...] = ()
 
     @property
     def samples_per_s(self) -> float:
@@ -145,8 +152,16 @@ class PassReport:
             f"{self.split} epoch {self.epoch}{rank}{ended}: {self.samples} samples in {self.batches} batches, "
             f"{self.seconds:.2f} s ({self.samples_per_s:.0f} samples/s, {self.mb_per_s:.1f} MB/s read), "
             f"stall {self.stall_fraction:.0%}, hit rate {self.hit_rate:.2f}, "
-            f"retries {e.get('retries', 0)}, bad chunks {e.get('bad_chunks', 0)}"
+            f"retries {e.get('retries', 0)}, bad chunks {e.get('bad_chunks', 0)}{self._inflight_words()}"
         )
+
+    def _inflight_words(self) -> str:
+        if not self.inflight:
+            return ""
+        limits = self.inflight
+        shown = limits if len(limits) <= 8 else (*limits[:3], "...", *limits[-3:])
+        backoffs = self.engine.get("congestion_events", 0)
+        return f", in flight {' -> '.join(map(str, shown))}" + (f" ({backoffs} backoffs)" if backoffs else "")
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -424,6 +424,7 @@ class ViewIterator(Iterator[Batch]):
             waiting_s=float(done["waiting_s"]),
             completed=completed,
             engine=difference(self._dataset.stats, before),
+            inflight=self._engine.inflight_limits(before.inflight_changes),
         )
         view.last_pass = report
         totals = view.totals

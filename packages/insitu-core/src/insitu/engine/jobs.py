@@ -204,6 +204,10 @@ class DecodePump:
         for w in self._workers:
             w.start()
 
+    def is_backlogged(self) -> bool:
+        """True when more jobs wait than there are threads to take them (decoding sets the pace)."""
+        return self._queue.qsize() > self.threads
+
     def submit(self, job: Job, priority: int = 0) -> None:
         if self.closed:
             job.complete(RuntimeError(_CLOSED))

@@ -30,6 +30,7 @@ from zarr.abc.store import Store
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.layout import ArrayReader, Piece, Read
 from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
+from insitu.engine.concurrency import ConcurrencyController, FetchGovernor
 from insitu.engine.jobs import CallJob, DecodeJob, DecodePump, ReadItem
 from insitu.engine.pool import ArrayPool, ChunkPool, Slab
 from insitu.engine.scatter import ScratchBuffers
@@ -94,8 +95,16 @@ class Engine:
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
         self.pump = DecodePump(loop, decode_threads)
         self.scratch = ScratchBuffers()  # per decode thread: where streamed slabs decode
-        self.inflight = asyncio.Semaphore(max_inflight)
         self.fetches = FetchQueue(self, max_inflight)
+        # Requests in flight to the store: chosen by a controller, at most max_inflight (see
+        # insitu.engine.concurrency); every remote read holds a slot of this one limiter.
+        self.concurrency = FetchGovernor(
+            ConcurrencyController(max_inflight, start=min(max_inflight, START_INFLIGHT)),
+            demand=self.fetches.has_queued,
+            decode_busy=self.pump.is_backlogged,
+            retries=self._retries_so_far,
+        )
+        self.inflight = self.concurrency.limiter
         self.on_bad_chunk = on_bad_chunk
         self.stats = EngineStats()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -116,6 +125,23 @@ class Engine:
         consumer waits for is not queued behind read-ahead blocks whose bytes arrived with it)."""
         self.pool.note_resident()
         self.loaders[path].load(entries, priority)
+
+    @property
+    def adapts_inflight(self) -> bool:
+        """True when reads go over the loop to a store, under the adaptive limit (not local files)."""
+        return not self.fetcher.reads_files
+
+    def inflight_limits(self, since: int = 0) -> tuple[int, ...]:
+        """The requests-in-flight limit in force at change ``since`` and each chosen after it
+        (empty for local files, read in the decode threads without a limit)."""
+        if not self.adapts_inflight:
+            return ()
+        return tuple(self.concurrency.controller.limits_since(since))
+
+    def _retries_so_far(self) -> int:
+        fetcher = self.fetcher
+        own = fetcher.retries + fetcher.timeouts
+        return own + (fetcher.store_retries or 0) if fetcher.capabilities.reports_retries else own
 
     # -- housekeeping --------------------------------------------------------
     def spawn(self, coro: Any) -> None:
@@ -237,19 +263,22 @@ class ArrayLoader:
         )
 
     async def _fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
+        """One GET (the caller holds a slot of the engine's request budget), then its decode."""
         read = item.read
+        governor = self.engine.concurrency
         try:
-            async with self.engine.inflight:
-                if self.engine.track_sources and self.fetcher.capabilities.object_versions:
-                    # Asked before the GET: a rewrite in between makes the cached slab look
-                    # stale next time (a re-read), never a changed object look unchanged.
-                    version = await self.fetcher.version(read.key)
-                    item.source = "absent" if version is None else f"v:{version}"
-                self.stats.reads += 1
-                item.raw = await self.fetcher.get(read.key, read.byte_range)
+            if self.engine.track_sources and self.fetcher.capabilities.object_versions:
+                # Asked before the GET: a rewrite in between makes the cached slab look
+                # stale next time (a re-read), never a changed object look unchanged.
+                version = await self.fetcher.version(read.key)
+                item.source = "absent" if version is None else f"v:{version}"
+            self.stats.reads += 1
+            item.raw = await self.fetcher.get(read.key, read.byte_range)
         except Exception as exc:
+            governor.failed(exc)
             self._fail_pieces(item, exc)
             return
+        governor.succeeded(item.raw)
         self.engine.pump.submit(self._job([item]), priority)
 
     async def _load_shard(
@@ -458,6 +487,9 @@ class ArrayLoader:
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
 MAX_ITEMS_PER_JOB = 8
+# Requests in flight to a remote store before the controller has measured anything (the
+# former fixed default): from there it doubles while throughput follows.
+START_INFLIGHT = 32
 
 
 class FetchQueue:
@@ -466,8 +498,10 @@ class FetchQueue:
     A task per GET cost the loop a task, its done callback and a set update per chunk; here a GET
     is a heap push and a wake-up of an idle worker, and the chunks of the block the consumer
     waits for go out before read-ahead ones queued earlier (lower ``priority`` first). Workers
-    start on the first GET, as engine tasks (cancelled with the engine); each still holds the
-    engine's ``max_inflight`` semaphore around its request, shared with shard and zarr reads.
+    start on the first GET, as engine tasks (cancelled with the engine); there are ``max_inflight``
+    of them, and each takes a slot of the engine's adaptive limiter (shared with shard and zarr
+    reads) *before* taking a GET off the heap, so the limit the controller chose is what is in
+    flight, and the GET that goes out when a slot frees is the most urgent one queued then.
     """
 
     def __init__(self, engine: Engine, workers: int) -> None:
@@ -477,6 +511,10 @@ class FetchQueue:
         self._seq = itertools.count()
         self._idle: list[asyncio.Future[None]] = []
         self._started = False
+
+    def has_queued(self) -> bool:
+        """True when GETs wait for a worker slot (demand above the chosen concurrency)."""
+        return bool(self._heap)
 
     def put(self, priority: int, loader: ArrayLoader, item: ReadItem) -> None:
         """Queue one GET (on the loop)."""
@@ -493,18 +531,24 @@ class FetchQueue:
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
+        limiter = self.engine.inflight
         while True:
             if not self._heap:
                 waiter = loop.create_future()
                 self._idle.append(waiter)
                 await waiter
                 continue
-            priority, _, loader, item = heapq.heappop(self._heap)
-            try:
-                await loader._fetch_then_decode(item, priority)
-            except Exception as exc:  # a worker must outlive any one chunk; its waiters learn why
-                loader._fail_pieces(item, exc)
-            del loader, item  # an idle worker keeps nothing of its last chunk alive
+            async with limiter:
+                if self._heap:  # another worker may have taken it while this one waited for a slot
+                    await self._serve_next()
+
+    async def _serve_next(self) -> None:
+        # Its own frame: an idle worker keeps nothing of its last chunk alive.
+        priority, _, loader, item = heapq.heappop(self._heap)
+        try:
+            await loader._fetch_then_decode(item, priority)
+        except Exception as exc:  # a worker must outlive any one chunk; its waiters learn why
+            loader._fail_pieces(item, exc)
 
 
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
