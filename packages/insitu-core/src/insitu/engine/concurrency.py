@@ -85,6 +85,7 @@ class ConcurrencyController:
         start: int | None = None,
         min_gain: float = 0.1,
         probe_every: int = 8,
+        busy_above: float = 0.85,
     ) -> None:
         if cap < 1:
             raise ValueError(f"cap must be >= 1, got {cap}")
@@ -92,6 +93,7 @@ class ConcurrencyController:
         self.limit = max(1, min(cap, start if start is not None else cap))
         self.min_gain = min_gain
         self.probe_every = probe_every
+        self.busy_above = busy_above  # decode utilisation above which the decoders set the pace
         self.congestion_events = 0  # throttles, timeouts and errors seen (each halving at most once per window)
         self.trajectory: list[LimitChange] = []
         self.changes = 0  # limit changes over the controller's life, its start included
@@ -103,23 +105,27 @@ class ConcurrencyController:
         self._ref_rate: float | None = None  # throughput of the last window that judged the limit
         self._plateau_rate: float | None = None
         self._holds = 0
+        self._busy_s = 0.0
         self._new_window(None)
         self._changed(0.0, "start")
 
     # -- observations ----------------------------------------------------------------------------
-    def completed(self, now: float, nbytes: int, *, waiting: bool, decode_busy: bool) -> None:
+    def completed(self, now: float, nbytes: int, *, waiting: bool, decode_busy_s: float) -> None:
         """A request finished at ``now`` (seconds, any monotonic origin) with ``nbytes``.
 
         ``waiting``: other requests were queued for a slot (demand exceeds the limit);
-        ``decode_busy``: the decode threads had a backlog (raising would not help them)."""
+        ``decode_busy_s``: seconds the decode threads have worked so far, per thread (their
+        utilisation over a window is its growth over the window's length: sampled at bursty
+        completions, a queue length would read busy whenever a round trip lands at once)."""
         if self._origin is None:
             self._origin = now
         if self._start is None:
             self._start = now
+            self._busy_at_start = decode_busy_s
         self._n += 1
         self._bytes += nbytes
         self._waiting += waiting
-        self._busy += decode_busy
+        self._busy_s = decode_busy_s
         if self._n >= max(self.limit, self.MIN_WINDOW) and now > self._start:
             self._end_window(now)
 
@@ -164,7 +170,7 @@ class ConcurrencyController:
         assert self._start is not None
         rate = self._bytes / (now - self._start)
         binding = 2 * self._waiting >= self._n  # requests waited for a slot in most of the window
-        slack = 2 * self._busy < self._n
+        slack = (self._busy_s - self._busy_at_start) / (now - self._start) < self.busy_above
         decreased = self._decreased
         self._new_window(now)
         if decreased or not (binding and slack):
@@ -220,7 +226,9 @@ class ConcurrencyController:
 
     def _new_window(self, now: float | None, *, decreased: bool = False) -> None:
         self._start = now
-        self._n = self._bytes = self._waiting = self._busy = 0
+        self._n = self._bytes = self._waiting = 0
+        # Decoder time is cumulative: the new window starts from the latest reading.
+        self._busy_at_start = self._busy_s
         self._decreased = decreased
 
     def _changed(self, now: float, reason: str) -> None:
@@ -290,7 +298,7 @@ class FetchGovernor:
     """One store's request budget: the limiter every remote read holds, fed by what each read saw.
 
     ``demand()`` says whether reads are queued beyond those waiting on the limiter (the fetch
-    queue); ``decode_busy()`` whether the decode threads have a backlog; ``retries()`` the
+    queue); ``decode_busy_s()`` the seconds each decode thread has worked on average; ``retries()`` the
     transient errors retried so far by whichever layer retries (each new one is congestion).
     """
 
@@ -299,14 +307,14 @@ class FetchGovernor:
         controller: ConcurrencyController,
         *,
         demand: Callable[[], bool],
-        decode_busy: Callable[[], bool],
+        decode_busy_s: Callable[[], float],
         retries: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.controller = controller
         self.limiter = AdaptiveLimiter(controller)
         self._demand = demand
-        self._decode_busy = decode_busy
+        self._decode_busy_s = decode_busy_s
         self._retries = retries
         self._clock = clock
         self._seen_retries = 0
@@ -321,7 +329,7 @@ class FetchGovernor:
             now,
             0 if raw is None else len(raw),
             waiting=self.limiter.waiting or self._demand(),
-            decode_busy=self._decode_busy(),
+            decode_busy_s=self._decode_busy_s(),
         )
         if ctl.limit > before:
             self.limiter.wake()

@@ -14,6 +14,7 @@ import itertools
 import math
 import queue
 import threading
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -198,15 +199,18 @@ class DecodePump:
         self._report_pending = False
         self._queue: queue.PriorityQueue[tuple[float, int, Job | None]] = queue.PriorityQueue()
         self._seq = itertools.count()
+        self._busy = [0.0] * threads  # per thread, written by that thread only: no lock, no lost update
         self._workers = [
-            threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)
+            threading.Thread(target=self._work, args=(i,), name=f"{name}_{i}", daemon=True)
+            for i in range(threads)
         ]
         for w in self._workers:
             w.start()
 
-    def is_backlogged(self) -> bool:
-        """True when more jobs wait than there are threads to take them (decoding sets the pace)."""
-        return self._queue.qsize() > self.threads
+    def busy_s(self) -> float:
+        """Seconds the threads have spent running jobs, per thread (utilisation over a span is
+        its growth divided by the span's length)."""
+        return sum(self._busy) / self.threads
 
     def submit(self, job: Job, priority: int = 0) -> None:
         if self.closed:
@@ -245,16 +249,19 @@ class DecodePump:
             if w is not threading.current_thread():
                 w.join()
 
-    def _work(self) -> None:
+    def _work(self, index: int) -> None:
+        busy = self._busy
         while (job := self._queue.get()[2]) is not None:
             result: Any
             if self.closed:
                 result = RuntimeError(_CLOSED)
             else:
+                started = time.perf_counter()
                 try:
                     result = job.run()
                 except Exception as exc:  # a job's own failure must reach its waiters
                     result = exc
+                busy[index] += time.perf_counter() - started
             with self._finished_lock:
                 self._finished.append((job, result))
                 wake, self._report_pending = not self._report_pending, True

@@ -101,7 +101,7 @@ class Engine:
         self.concurrency = FetchGovernor(
             ConcurrencyController(max_inflight, start=min(max_inflight, START_INFLIGHT)),
             demand=self.fetches.has_queued,
-            decode_busy=self.pump.is_backlogged,
+            decode_busy_s=self.pump.busy_s,
             retries=self._retries_so_far,
         )
         self.inflight = self.concurrency.limiter
