@@ -72,7 +72,9 @@ class PacedStore(WrapperStore[Any]):
 
 
 def _source() -> tuple[MemoryStore, np.ndarray]:
-    values = (np.arange(N, dtype="f4")[:, None, None] * 10 + np.arange(16, dtype="f4").reshape(4, 4)).astype("f4")
+    values = (np.arange(N, dtype="f4")[:, None, None] * 10 + np.arange(16, dtype="f4").reshape(4, 4)).astype(
+        "f4"
+    )
     store = MemoryStore()
     group = zarr.open_group(store, mode="w")
     group.create_array("v", shape=values.shape, chunks=(1, 4, 4), dtype="f4")[...] = values
@@ -106,9 +108,12 @@ def test_latency_rising_mid_epoch_raises_the_requests_in_flight(caplog: pytest.L
     # and the store saw more than the starting concurrency, never more than the cap.
     assert max(limits) > START_INFLIGHT
     assert START_INFLIGHT < store.most["slow"] <= cap
-    assert stats.inflight_limit_max == max(limits) and stats.inflight_changes == len(limits) - 1
-    assert stats.congestion_events == 0 and stats.retries == 0
-    assert report.inflight[0] == START_INFLIGHT and max(report.inflight) == max(limits)
+    assert stats.inflight_limit_max == max(limits)
+    assert stats.inflight_changes == len(limits) - 1
+    assert stats.congestion_events == 0
+    assert stats.retries == 0
+    assert report.inflight[0] == START_INFLIGHT
+    assert max(report.inflight) == max(limits)
     line = next(r.getMessage() for r in caplog.records if r.name == "insitu.epoch")
     assert f"in flight {START_INFLIGHT} -> " in line
 
@@ -118,7 +123,8 @@ def test_throttling_store_makes_the_engine_back_off_and_stay_below_the_limit() -
     store = PacedStore(source, slow_s=0.01, throttle_above=20)
     retry = RetryPolicy(retries=50, backoff_s=0.001, max_backoff_s=0.005)
     stats, trajectory, report = _epoch(store, values, max_inflight=64, retry=retry)
-    assert store.throttled > 0 and stats.retries > 0
+    assert store.throttled > 0
+    assert stats.retries > 0
     limits = [c.limit for c in trajectory]
     backoffs = [i for i, c in enumerate(trajectory) if c.reason == "retried"]
     assert backoffs, f"no backoff in {trajectory}"
@@ -135,7 +141,11 @@ def test_throttling_store_makes_the_engine_back_off_and_stay_below_the_limit() -
 def test_local_files_have_no_limit_to_adapt(tmp_path: Any) -> None:
     _, values = _source()
     local = zarr.storage.LocalStore(tmp_path)
-    zarr.open_group(local, mode="w").create_array("v", shape=values.shape, chunks=(1, 4, 4), dtype="f4")[...] = values
+    zarr.open_group(local, mode="w").create_array("v", shape=values.shape, chunks=(1, 4, 4), dtype="f4")[
+        ...
+    ] = values
     stats, trajectory, report = _epoch(zarr.storage.LocalStore(tmp_path, read_only=True), values)
-    assert trajectory == () and report.inflight == ()
-    assert stats.inflight_limit == 0 and "in flight" not in report.line()
+    assert trajectory == ()
+    assert report.inflight == ()
+    assert stats.inflight_limit == 0
+    assert "in flight" not in report.line()

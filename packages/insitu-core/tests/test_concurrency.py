@@ -63,7 +63,14 @@ def test_latency_bound_store_doubles_until_the_decoders_are_busy() -> None:
     assert [c.limit for c in ctl.trajectory] == [8, 16, 32, 64]
     assert [c.reason for c in ctl.trajectory] == ["start", "rising", "rising", "rising"]
     assert set(store.limits_after(0.5)) == {64}
-    assert ctl.summary() == {"limit": 64, "cap": 256, "min": 8, "max": 64, "changes": 3, "congestion_events": 0}
+    assert ctl.summary() == {
+        "limit": 64,
+        "cap": 256,
+        "min": 8,
+        "max": 64,
+        "changes": 3,
+        "congestion_events": 0,
+    }
 
 
 def test_never_above_the_users_cap() -> None:
@@ -161,16 +168,13 @@ class _HTTPError(Exception):
 def test_throttling_is_classified_by_type_and_status_not_message() -> None:
     _SlowDown.__name__ = "SlowDown"
     assert is_throttled(_SlowDown())
-    assert is_throttled(_HTTPError(503)) and is_throttled(_HTTPError(429))
+    assert is_throttled(_HTTPError(503))
+    assert is_throttled(_HTTPError(429))
     assert not is_throttled(_HTTPError(404))
     assert not is_throttled(ConnectionError("503 SlowDown please"))  # message text is not a type
-    try:
-        try:
-            raise _HTTPError(503)
-        except _HTTPError as inner:
-            raise OSError("wrapped") from inner
-    except OSError as outer:
-        assert is_throttled(outer)
+    wrapped = OSError("wrapped")
+    wrapped.__cause__ = _HTTPError(503)
+    assert is_throttled(wrapped)
 
 
 def test_limiter_follows_the_limit_and_hands_slots_on() -> None:
@@ -189,7 +193,8 @@ def test_limiter_follows_the_limit_and_hands_slots_on() -> None:
 
         tasks = [asyncio.create_task(one()) for _ in range(6)]
         await asyncio.sleep(0)
-        assert running[0] == 2 and limiter.waiting
+        assert running[0] == 2
+        assert limiter.waiting
         ctl.limit = 5
         limiter.wake()
         await asyncio.sleep(0)

@@ -54,8 +54,12 @@ class Stats(Mapping[str, Any]):
     budget_bytes: int = 0  #: gauge: the pool's byte budget
     inflight_limit: int = 0  #: gauge: requests in flight the engine allows now (0: local files, no limit)
     inflight_limit_max: int = 0  #: gauge: the most it allowed so far (at most ``max_inflight``)
-    inflight_changes: int = 0  #: times the engine changed that limit (see ``InSituDataset.inflight_trajectory``)
-    congestion_events: int = 0  #: throttled responses, timeouts, failed or retried reads that made it back off
+    inflight_changes: int = (
+        0  #: times the engine changed that limit (see ``InSituDataset.inflight_trajectory``)
+    )
+    congestion_events: int = (
+        0  #: throttled responses, timeouts, failed or retried reads that made it back off
+    )
     hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded + slabs_streamed)
     stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
     samples_per_s: float = 0.0  #: rate: samples / iterating_s

@@ -94,7 +94,9 @@ class ConcurrencyController:
         self.min_gain = min_gain
         self.probe_every = probe_every
         self.busy_above = busy_above  # decode utilisation above which the decoders set the pace
-        self.congestion_events = 0  # throttles, timeouts and errors seen (each halving at most once per window)
+        self.congestion_events = (
+            0  # throttles, timeouts and errors seen (each halving at most once per window)
+        )
         self.trajectory: list[LimitChange] = []
         self.changes = 0  # limit changes over the controller's life, its start included
         self._origin: float | None = None
@@ -105,7 +107,11 @@ class ConcurrencyController:
         self._ref_rate: float | None = None  # throughput of the last window that judged the limit
         self._plateau_rate: float | None = None
         self._holds = 0
+        self._start: float | None = None
+        self._n = self._bytes = self._waiting = 0
         self._busy_s = 0.0
+        self._busy_at_start = 0.0
+        self._decreased = False
         self._new_window(None)
         self._changed(0.0, "start")
 
@@ -338,7 +344,9 @@ class FetchGovernor:
         """A read failed (after the retry layer gave up)."""
         now = self._clock()
         self._note_retries(now)
-        reason = "throttled" if is_throttled(error) else "timeout" if isinstance(error, TimeoutError) else "error"
+        reason = (
+            "throttled" if is_throttled(error) else "timeout" if isinstance(error, TimeoutError) else "error"
+        )
         self.controller.congested(now, reason)
 
     def _note_retries(self, now: float) -> None:
