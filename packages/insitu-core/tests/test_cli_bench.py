@@ -39,7 +39,7 @@ def test_bench_sweeps_the_grid_and_recommends_one_of_its_settings(store_path: Pa
     swept = [p["setting"] for p in report["points"]]
     # Local files: max_inflight keeps the engine's value; the named dials take the given values.
     expected = [
-        {"max_inflight": 32, "block_chunks": b, "decode_threads": t}
+        {"max_inflight": 256, "block_chunks": b, "decode_threads": t}
         for b, t in itertools.product((1, 2), (1, 2))
     ]
     assert swept == expected
