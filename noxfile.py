@@ -158,6 +158,35 @@ def types(session: nox.Session) -> None:
     session.run("mypy", "examples", *session.posargs)
 
 
+# The documentation site's tools, pinned so a build only changes when we bump them.
+DOCS_TOOLS = (
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.8.2",
+    "mkdocstrings==1.0.8",
+    "mkdocstrings-python==2.0.11",
+    "pymdown-extensions==13.1.2",
+)
+# Drives Debian's chromium (never downloads a browser) for the rendering check in docs/tests.
+PLAYWRIGHT = "playwright==1.65.2"
+
+
+@nox.session(python="3.11", venv_backend="uv")
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with --strict (broken links, missing references fail); output in site/."""
+    # mkdocstrings reads the packages' sources (paths in mkdocs.yml): nothing of insitu is installed.
+    session.install(*DOCS_TOOLS)
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(name="tests-docs", python="3.11", venv_backend="uv", tags=["tests"])
+def tests_docs(session: nox.Session) -> None:
+    """The docs' own tests: API and hook coverage, every runnable snippet, the example plugin, headless chromium."""
+    session.install(*DOCS_TOOLS, PLAYWRIGHT, "pip", "hatchling>=1.27")
+    session.install(*_editable("insitu-core[test]", "insitu-transforms"))
+    success_codes = [0, 5] if session.posargs else [0]
+    session.run("pytest", "docs/tests", *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+
+
 @nox.session(python="3.11", venv_backend="uv")
 def demo(session: nox.Session) -> None:
     """Build a synthetic ERA5-like store and train a small model on it in place (numpy)."""
