@@ -326,9 +326,133 @@ def _even_out(
 ) -> tuple[EpochOrder, int]:
     """The rank's order, cut (``uneven="drop"``) or padded (``"pad"``) to the samples every rank
     delivers; and the number of leading blocks that are exactly their runs."""
-    bounds, chunk_ids, limit = mine.bounds, mine.chunk_ids, mine.limit
-    chunk_starts = bounds
-    regular = len(bounds) - 1
+    return fit_to_limit(anchors, block_starts, mine.chunk_ids, mine.bounds, mine.limit, c)
+
+
+class EpochUnits:
+    """The units of one epoch's permutation (a unit is a chunk and its runs of samples), permuted.
+
+    Every rank's order is cut from the same permutation, so it is made once for
+    all the ranks an elastic resume needs (:mod:`insitu.plan.elastic`); each
+    rank's shuffle inside its blocks starts from the generator's state after
+    the permutation, as it does in that rank's own process.
+    """
+
+    def __init__(
+        self,
+        manifest: SplitManifest,
+        split: str,
+        *,
+        anchor_range: tuple[int, int],
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+    ) -> None:
+        c = self.chunk_len = manifest.chunk_len
+        self.shuffle = shuffle
+        span = self._span = _split_span(manifest, split, anchor_range)
+        chunks = None
+        if not (split == "all" and "all" not in manifest.splits):
+            chunks = manifest.chunk_ids(split)
+            inside = (
+                (chunks >= span[0] // c) & (chunks < -(-span[1] // c)) if span[1] > span[0] else chunks < 0
+            )
+            if not inside.all():
+                chunks = chunks[inside]
+            if len(chunks) > 1 and not bool((chunks[1:] != chunks[:-1]).all()):
+                chunks = None  # a chunk listed twice in a row: one unit of several entries (general path)
+        # One run per chunk, all clipped to one span (``simple``): runs follow from the chunk ids, so
+        # nothing per chunk is gathered in permuted order but the ids themselves.
+        self.simple = chunks is not None
+        if chunks is not None:
+            self.ids: np.ndarray = chunks
+            self.n_units = len(chunks)
+            self.single = True
+        else:
+            chunks, first, sizes = split_runs(manifest, split, anchor_range)
+            keep = sizes > 0
+            if not keep.all():
+                chunks, first, sizes = chunks[keep], first[keep], sizes[keep]
+            self.ids, self._first, self._sizes = chunks, first, sizes
+            # The unit of the permutation is a chunk: its entries are adjacent (several only in
+            # "all", where a chunk cut by a coordinate range has one run per split).
+            self.single = bool((chunks[1:] != chunks[:-1]).all())
+            self._unit_start = np.flatnonzero(np.concatenate(([True], chunks[1:] != chunks[:-1])))
+            self.n_units = len(self._unit_start) if len(chunks) else 0
+            self._unit_entries = np.diff(np.append(self._unit_start, len(chunks)))
+        rng = epoch_rng(seed, epoch, split)
+        self.perm = rng.permutation(self.n_units) if shuffle else np.arange(self.n_units)
+        self._rng_state = rng.bit_generator.state
+
+    def rng(self) -> np.random.Generator:
+        """A generator in the state the permutation left it: where every rank's block shuffle starts."""
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = self._rng_state
+        return rng
+
+    def sizes_in_order(self) -> np.ndarray:
+        """Valid samples of every unit, in permutation order."""
+        if self.simple:
+            return clip_chunks(self.ids, self.chunk_len, self._span)[1][self.perm]
+        return np.add.reduceat(self._sizes, self._unit_start)[self.perm]
+
+    def rank_limit(self, world_size: int, uneven: str) -> int | None:
+        return _rank_limit(self.sizes_in_order, self.n_units, world_size, uneven)
+
+    def samples_in_order(self) -> np.ndarray:
+        """Every sample of the epoch, unit after unit in permutation order (no shuffle inside blocks)."""
+        if self.simple:
+            first, size = clip_chunks(self.ids[self.perm], self.chunk_len, self._span)
+        else:
+            entries = concat_runs(self._unit_start[self.perm], self._unit_entries[self.perm])
+            first, size = self._first[entries], self._sizes[entries]
+        return concat_runs(first, size)
+
+    def rank_order(
+        self, rank: int, world_size: int, limit: int | None, block_chunks: int, first_block_chunks: int | None
+    ) -> tuple[EpochOrder, EpochRuns]:
+        """The order of ``rank``: every ``world_size``-th unit of the permutation, in blocks, fitted
+        to ``limit`` samples (:meth:`rank_limit`)."""
+        c = self.chunk_len
+        mine = self.perm[rank::world_size]
+        bounds = _block_bounds(len(mine), block_chunks, first_block_chunks)
+        if self.simple:
+            chunk_ids = self.ids[mine]
+            run_first, run_size = clip_chunks(chunk_ids, c, self._span)
+            run_starts = bounds
+        else:
+            per_unit = self._unit_entries[mine]
+            entries = concat_runs(self._unit_start[mine], per_unit)
+            run_starts = np.concatenate(([0], np.cumsum(per_unit)))[bounds]
+            run_first, run_size = self._first[entries], self._sizes[entries]
+            chunk_ids = self.ids[self._unit_start][mine]
+        if c == 1:  # every run is one sample: the runs are the anchors
+            anchors = run_first.copy()
+            block_starts = run_starts.copy()
+        else:
+            anchors = concat_runs(run_first, run_size)
+            block_starts = np.concatenate(([0], np.cumsum(run_size)))[run_starts]
+        if self.shuffle:
+            _shuffle_within_blocks(anchors, block_starts, self.rng())
+        order, regular = fit_to_limit(anchors, block_starts, chunk_ids, bounds, limit, c)
+        return order, EpochRuns(
+            run_first, run_size, run_starts, regular, c, self.single, padded=order.n_valid >= 0
+        )
+
+
+def fit_to_limit(
+    anchors: np.ndarray,
+    block_starts: np.ndarray,
+    chunk_ids: np.ndarray,
+    chunk_starts: np.ndarray,
+    limit: int | None,
+    chunk_len: int,
+    pad_from: np.ndarray | None = None,
+) -> tuple[EpochOrder, int]:
+    """One rank's order cut to ``limit`` samples (``uneven="drop"``: the shortest rank's count) or
+    padded up to it (``"pad"``: repeating the rank's own samples, or ``pad_from`` when it has
+    none), and how many blocks stay whole (regular)."""
+    regular = len(chunk_starts) - 1
     n_valid = -1
     total = len(anchors)
     if limit is not None and total > limit:  # uneven="drop": cut at the shortest rank's count
@@ -337,11 +461,12 @@ def _even_out(
         block_starts = block_starts[: n_blocks + 1].copy()
         block_starts[n_blocks] = limit
         anchors = anchors[:limit]
-        chunk_starts = bounds[: n_blocks + 1]
+        chunk_starts = chunk_starts[: n_blocks + 1]
         chunk_ids = chunk_ids[: chunk_starts[-1]]
     elif limit is not None and total < limit:  # uneven="pad": repeat this rank's own samples
-        pad = anchors[np.arange(limit - total) % total]
-        pad_chunks = sorted_unique(pad // c)
+        source = anchors if total or pad_from is None else pad_from
+        pad = source[np.arange(limit - total) % len(source)]
+        pad_chunks = sorted_unique(pad // chunk_len)
         n_valid = total
         anchors = np.concatenate([anchors, pad])
         block_starts = np.append(block_starts, limit)
@@ -435,3 +560,8 @@ def _block_bounds(n: int, block_chunks: int, first: int | None) -> np.ndarray:
     if out[-1] < n:
         out = np.append(out, n)
     return out
+
+
+# For the elastic resume (:mod:`insitu.plan.elastic`), which deals the rest of an epoch its own way.
+block_bounds = _block_bounds
+shuffle_within_blocks = _shuffle_within_blocks
