@@ -28,6 +28,7 @@ from insitu.arrays.lazycoords import LazyCoords, LazyValues
 from insitu.arrays.statics import read_statics, static_spec
 from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.batch import Batch
+from insitu.engine.cache import metadata_digest, store_digest
 from insitu.engine.concurrency import LimitChange
 from insitu.engine.gather import BatchTransform, Gatherer, batch_transform_chain
 from insitu.engine.loader import Engine
@@ -43,15 +44,17 @@ from insitu.options import (
 )
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.budget import MemoryPlan, plan_memory
+from insitu.plan.elastic import Segment
 from insitu.plan.plans import EpochPlans
 from insitu.plan.reads import EpochPlan
+from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.store.opener import open_store
 from insitu.store.retry import RetryPolicy
-from insitu.views import STATE_FORMAT, DatasetView, ViewIterator
+from insitu.views import DatasetView, ViewIterator
 
 logger = logging.getLogger("insitu")
 
@@ -362,11 +365,28 @@ class InSituDataset:
         self._epoch = int(epoch)
 
     def plan(
-        self, split: str, shuffle: bool, epoch: int | None = None, *, rank: int = 0, world_size: int = 1
+        self,
+        split: str,
+        shuffle: bool,
+        epoch: int | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        resumed_from: tuple[Segment, ...] = (),
     ) -> EpochPlan:
-        """The read plan of ``split`` for ``epoch`` (default: the current one) on one rank."""
+        """The read plan of ``split`` for ``epoch`` (default: the current one) on one rank; with
+        ``resumed_from``, of the rest the epoch's earlier segments at other world sizes left."""
         epoch = self._epoch if epoch is None else epoch
-        return self._plans.get(split, shuffle, epoch, rank=rank, world_size=world_size)
+        return self._plans.get(
+            split, shuffle, epoch, rank=rank, world_size=world_size, resumed_from=resumed_from
+        )
+
+    @functools.cached_property
+    def data_identity(self) -> dict[str, str]:
+        """What resume states record of the data they were made on: a digest of the store's identity
+        and one of every read array's Zarr metadata (computed once; no read of the store)."""
+        arrays = {g.path: metadata_digest(g.metadata) for g in (*self.labels, *self.statics)}
+        return {"store": store_digest(self.store), "arrays": metadata_digest(arrays)}
 
     # -- statistics and lifetime -------------------------------------------------
     @property

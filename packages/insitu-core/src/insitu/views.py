@@ -16,7 +16,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -25,8 +25,10 @@ from insitu.batch import Batch
 from insitu.engine.epoch import END, EpochRun
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import BadChunkPolicy, check_rank
+from insitu.plan.elastic import Segment
 from insitu.plan.order import ORDER_VERSION
 from insitu.plan.reads import EpochPlan
+from insitu.plan.resume_state import STATE_FORMAT, resume_point
 from insitu.progress import Progress, track
 from insitu.stats import PassReport, Stats, difference
 from insitu.store.loop import in_loop_thread, submit
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
     from insitu.options import ReadOptions
     from insitu.plan.splits import SplitManifest
 
-STATE_FORMAT = "insitu.ViewState/1"
 CLOSED = object()  # put in a run's queue by close(): wakes a consumer blocked on it
 
 
@@ -77,11 +78,20 @@ class ViewHost(Protocol):
     def stats(self) -> Stats: ...
     @property
     def delivered_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]: ...
+    @property
+    def data_identity(self) -> dict[str, str]: ...
 
     def set_epoch(self, epoch: int) -> None: ...
     def check_open(self) -> None: ...
     def plan(
-        self, split: str, shuffle: bool, epoch: int | None = None, *, rank: int = 0, world_size: int = 1
+        self,
+        split: str,
+        shuffle: bool,
+        epoch: int | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        resumed_from: tuple[Segment, ...] = (),
     ) -> EpochPlan: ...
     def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView: ...
     def register(self, it: ViewIterator) -> None: ...
@@ -98,8 +108,11 @@ class DatasetView:
         self.shuffle = shuffle
         self.rank = rank
         self.world_size = world_size
-        self._progress: tuple[int, int] | None = None  # (epoch, batches handed out) of the last pass
+        # (epoch, batches handed out, the epoch's earlier segments) of the last pass
+        self._progress: tuple[int, int, tuple[Segment, ...]] | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, first batch) for the next pass
+        # (epoch, its earlier segments at other world sizes): that epoch is the rest they left
+        self._elastic: tuple[int, tuple[Segment, ...]] | None = None
         self.last_pass: PassReport | None = None  # the report of the last pass that ended
         #: Totals over every pass of this view: passes, batches, samples, seconds, waiting_s.
         self.totals: dict[str, float] = {
@@ -190,8 +203,21 @@ class DatasetView:
         """Same as ``dataset.set_epoch``."""
         self.dataset.set_epoch(epoch)
 
+    @property
+    def resumed_from(self) -> tuple[Segment, ...]:
+        """The current epoch's segments at other world sizes, when a state loaded from another world
+        size made this epoch the rest they left (empty otherwise)."""
+        elastic = self._elastic
+        return elastic[1] if elastic is not None and elastic[0] == self.dataset.epoch else ()
+
     def plan(self) -> EpochPlan:
-        return self.dataset.plan(self.split, self.shuffle, rank=self.rank, world_size=self.world_size)
+        return self.dataset.plan(
+            self.split,
+            self.shuffle,
+            rank=self.rank,
+            world_size=self.world_size,
+            resumed_from=self.resumed_from,
+        )
 
     def __len__(self) -> int:
         return self.plan().n_batches
@@ -211,43 +237,51 @@ class DatasetView:
         plan = self.plan()
         if resume is not None and resume[0] == epoch:
             start = min(resume[1], plan.n_batches)
-        return ViewIterator(self, plan, epoch, start)
+        return ViewIterator(self, plan, epoch, start, self.resumed_from)
 
     # -- exact resume -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where this view stands: epoch and batches handed out, plus what must match to resume.
 
         Load it with :meth:`load_state_dict` on a view of an identically built
-        dataset (same manifest, seed, batch size, ranks...), in this or
-        another process: the next iteration continues with the next batch.
+        dataset (same data, manifest, seed, batch size...), in this or another
+        process: the next iteration continues with the next batch. At another
+        world size, the new ranks share what the old ones left of the epoch
+        (see ``docs/distributed.md``).
         """
-        epoch, done = self._progress if self._progress is not None else (self.dataset.epoch, 0)
-        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, **self._identity()}
+        epoch, done, history = self._progress if self._progress is not None else (self.dataset.epoch, 0, ())
+        return {
+            "format": STATE_FORMAT,
+            "epoch": epoch,
+            "batches_done": done,
+            "resumed_from": [segment.to_json() for segment in history],
+            **self._identity(),
+        }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done."""
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            fmt = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise ConfigError(f"not an insitu view state (format={fmt!r}, expected {STATE_FORMAT!r})")
-        for key, value in self._identity().items():
-            if state.get(key) != value:
-                what = {
-                    "world_size": "resuming with a different world size is not supported",
-                    "order": "the state was saved by an insitu version that orders samples differently; "
-                    "finish that epoch with that version, or start the epoch over",
-                }.get(key, "")
-                raise ConfigError(
-                    f"state does not match this view: {key}={state.get(key)!r} in the state, "
-                    f"{value!r} here{'; ' + what if what else ''}"
-                )
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
-        if epoch < 0 or done < 0:
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done.
+
+        ``state`` is one rank's state (ranks that move in lockstep, as DDP's do) or
+        the list of every rank's states. Saved at this world size, each rank
+        continues its own order. Saved at another, the samples the old ranks
+        handed out are known from the states and the rest of the epoch is
+        re-sharded over this view's world size (chunk-aligned, equal batch
+        counts); the next epoch is an ordinary one. A state that does not
+        match this view (another batch size, seed, manifest, store or array
+        metadata), or whose counts are not integers within the pass, is a
+        ConfigError naming the key and the value.
+        """
+        point = resume_point(state, self._identity(), rank=self.rank, world_size=self.world_size)
+        self.dataset.set_epoch(point.epoch)
+        self._elastic = (point.epoch, point.resumed_from) if point.resumed_from else None
+        n_batches = self.plan().n_batches  # the elastic order checks the old ranks' counts itself
+        if point.start > n_batches:
             raise ConfigError(
-                f"state has a negative epoch or batch count: epoch={epoch}, batches_done={done}"
+                f"state has batches_done={point.start}, but epoch {point.epoch} of split {self.split!r} "
+                f"on rank {self.rank} of {self.world_size} is {n_batches} batch(es) long"
             )
-        self.dataset.set_epoch(epoch)
-        self._resume = (epoch, done)
-        self._progress = (epoch, done)
+        self._resume = (point.epoch, point.start)
+        self._progress = (point.epoch, point.start, point.resumed_from)
 
     def _identity(self) -> dict[str, Any]:
         ds = self.dataset
@@ -266,6 +300,7 @@ class DatasetView:
             # The sample order's version: a state from a version that shuffled differently would
             # resume at the right batch count in another order (samples repeated or missed).
             "order": ORDER_VERSION,
+            **ds.data_identity,
         }
 
     def __repr__(self) -> str:
@@ -281,7 +316,14 @@ class ViewIterator(Iterator[Batch]):
     ``next()`` when the dataset closes gets :class:`DatasetClosedError`.
     """
 
-    def __init__(self, view: DatasetView, plan: EpochPlan, epoch: int, start_batch: int) -> None:
+    def __init__(
+        self,
+        view: DatasetView,
+        plan: EpochPlan,
+        epoch: int,
+        start_batch: int,
+        resumed_from: tuple[Segment, ...] = (),
+    ) -> None:
         ds = view.dataset
         self.view = view
         self.epoch = epoch
@@ -305,8 +347,9 @@ class ViewIterator(Iterator[Batch]):
         self._started_at = 0.0
         self._before: Stats | None = None  # the engine's counters when this pass started
         self._pass = {"batches": 0, "samples": 0, "waiting_s": 0.0}
+        self._resumed_from = resumed_from
         ds.register(self)
-        view._progress = (epoch, start_batch)
+        view._progress = (epoch, start_batch, resumed_from)
 
     def __iter__(self) -> ViewIterator:
         return self
@@ -374,7 +417,11 @@ class ViewIterator(Iterator[Batch]):
                 raise item
             self._loop.call_soon_threadsafe(run.release_credit)
             self.batches_done = item.index + 1
-            self.view._progress = (self.epoch, self.batches_done)  # counted as handed out once returned
+            self.view._progress = (
+                self.epoch,
+                self.batches_done,
+                self._resumed_from,
+            )  # counted as handed out once returned
             self._pass["batches"] += 1
             self._pass["samples"] += item.size
             return item

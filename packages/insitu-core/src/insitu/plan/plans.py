@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.options import ReadOptions, ShardOptions
+from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
 from insitu.plan.memory import without_hugepage_hint
 from insitu.plan.order import order_with_runs
 from insitu.plan.reads import EpochPlan, plan_epoch
@@ -31,19 +32,55 @@ class EpochPlans:
         self.options = options
         self.sharding = sharding
         self._lock = threading.Lock()
-        self._plans: dict[tuple[str, int], EpochPlan] = {}
+        self._plans: dict[tuple[tuple[object, ...], int], EpochPlan] = {}
 
-    def get(self, split: str, shuffle: bool, epoch: int, *, rank: int = 0, world_size: int = 1) -> EpochPlan:
+    def get(
+        self,
+        split: str,
+        shuffle: bool,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        resumed_from: tuple[Segment, ...] = (),
+    ) -> EpochPlan:
         """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped (a
-        running pass keeps its own)."""
-        key = (f"{split}:{int(shuffle)}:{rank}/{world_size}", epoch)
+        running pass keeps its own). With ``resumed_from`` (the epoch's earlier segments at other
+        world sizes), the plan of what they left (:mod:`insitu.plan.elastic`)."""
+        key = ((split, shuffle, rank, world_size, resumed_from), epoch)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
-                plan = self._make(split, shuffle, epoch, rank, world_size)
+                if resumed_from:
+                    plan = self._make_resumed(split, shuffle, epoch, rank, world_size, resumed_from)
+                else:
+                    plan = self._make(split, shuffle, epoch, rank, world_size)
                 self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
                 self._plans[key] = plan
         return plan
+
+    def _first_block_chunks(self) -> int:
+        # The first block holds one batch's worth of chunks, so the first batch waits for no more.
+        return -(-self.options.batch_size // self.manifest.chunk_len)
+
+    def _make_resumed(
+        self, split: str, shuffle: bool, epoch: int, rank: int, world_size: int, history: tuple[Segment, ...]
+    ) -> EpochPlan:
+        opts = self.options
+        settings = ElasticSettings(
+            anchor_range=self.anchors,
+            epoch=epoch,
+            seed=opts.seed,
+            shuffle=shuffle,
+            block_chunks=opts.block_chunks,
+            first_block_chunks=self._first_block_chunks(),
+            uneven=self.sharding.uneven,
+            batch_size=opts.batch_size,
+            drop_last=opts.drop_last,
+        )
+        with without_hugepage_hint():
+            order = elastic_order(self.manifest, split, settings, history, rank=rank, world_size=world_size)
+            return plan_epoch(order, self.labels, opts.batch_size, opts.drop_last)
 
     def _make(self, split: str, shuffle: bool, epoch: int, rank: int, world_size: int) -> EpochPlan:
         opts = self.options
@@ -59,6 +96,6 @@ class EpochPlans:
                 rank=rank,
                 world_size=world_size,
                 uneven=self.sharding.uneven,
-                first_block_chunks=-(-opts.batch_size // self.manifest.chunk_len),
+                first_block_chunks=self._first_block_chunks(),
             )
             return plan_epoch(order, self.labels, opts.batch_size, opts.drop_last, runs)
