@@ -19,6 +19,12 @@ and reports, beside the interpreter's own RSS floor (after imports):
 - ``epoch_s`` / ``us_per_chunk`` (``--epoch-max`` and below): one whole epoch of
   the train split read through the engine (absent chunks filled), per chunk.
 
+- ``--resume-from W1``: an elastic resume instead of a fresh epoch: a state
+  saved half-way through the epoch at world size ``W1`` (one rank's, ranks in
+  lockstep) is loaded at ``--world``; ``plan_s`` is then ``load_state_dict``
+  plus ``iter()``: every old rank's order, what they handed out, and this
+  rank's share of the rest.
+
 The targets the project set: construction + planning + ordering + sharding of
 10**7 chunks in at most 2 s and 500 MB beyond the interpreter, at every world
 size up to 1,024 (``--world`` simulates ranks: the rank given is planned,
@@ -27,6 +33,7 @@ exactly as that rank would plan it).
     python bench/scale.py                                    # 10**5 .. 10**7 chunks, world 1 and 1024
     python bench/scale.py --chunks 10000000 --world 1 8 64 1024 --rank last
     python bench/scale.py --chunks 100000 1000000 --epoch-max 1000000
+    python bench/scale.py --chunks 10000000 --world 1024 --resume-from 1280 --rank last
 
 Run it with insitu-core installed (``.nox/tests-core-3-11/bin/python``); results
 go to ``bench/results/scale.json`` unless ``--out`` says otherwise.
@@ -60,7 +67,7 @@ def _status_kb(field: str) -> int:
     return 0
 
 
-def measure(root: str, world: int, rank: int, epoch: bool) -> dict[str, Any]:
+def measure(root: str, world: int, rank: int, epoch: bool, resume_from: int = 0) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     import insitu
 
@@ -73,7 +80,12 @@ def measure(root: str, world: int, rank: int, epoch: bool) -> dict[str, Any]:
     manifest = insitu.split_by_chunk(g, (0.8, 0.1, 0.1))
     t2 = clock()
     ds = insitu.InSituDataset(store, manifest, [g], batch_size=32, rank=rank, world_size=world)
+    if resume_from:  # not timed: what the old ranks' state says (half of their pass handed out)
+        old = ds.plan("train", ds.train.shuffle, rank=0, world_size=resume_from).n_batches
+        state = ds.train.state_dict() | {"world_size": resume_from, "rank": 0, "batches_done": old // 2}
     t3 = clock()
+    if resume_from:
+        ds.train.load_state_dict(state)
     it = iter(ds.train)
     t4 = clock()
     next(it)
@@ -132,11 +144,16 @@ def main() -> None:
     )
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench" / "scale")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
-    ap.add_argument("--one", nargs=4, metavar=("ROOT", "WORLD", "RANK", "EPOCH"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--resume-from", type=int, default=0, metavar="W1", help="plan an elastic resume from world size W1"
+    )
+    ap.add_argument(
+        "--one", nargs=5, metavar=("ROOT", "WORLD", "RANK", "EPOCH", "FROM"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.one:
-        root, world, rank, epoch = args.one
-        print(json.dumps(measure(root, int(world), int(rank), epoch == "1")))
+        root, world, rank, epoch, resume_from = args.one
+        print(json.dumps(measure(root, int(world), int(rank), epoch == "1", int(resume_from))))
         return
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -148,13 +165,20 @@ def main() -> None:
         root = make_store(args.work, n)
         for world in args.world:
             rank = 0 if args.rank == "first" else world - 1
-            epoch = n <= args.epoch_max and world == 1
+            epoch = n <= args.epoch_max and world == 1 and not args.resume_from
             cmd = [sys.executable, __file__, "--one", root, str(world), str(rank), "1" if epoch else "0"]
+            cmd.append(str(args.resume_from))
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(f"{n:>10} {world:>5} failed: {done.stderr.strip()[-400:]}")
                 continue
-            row = {"chunks": n, "world": world, "rank": rank, **json.loads(done.stdout.splitlines()[-1])}
+            row = {
+                "chunks": n,
+                "world": world,
+                "rank": rank,
+                "resume_from": args.resume_from,
+                **json.loads(done.stdout.splitlines()[-1]),
+            }
             rows.append(row)
             per = f"{row['us_per_chunk']:.1f}" if "us_per_chunk" in row else "-"
             print(

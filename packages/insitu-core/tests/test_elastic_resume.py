@@ -158,12 +158,16 @@ def test_the_rest_of_an_epoch_is_delivered_once_at_another_world_size(
     missing = len(epoch) - len(everything)
     # What is never delivered: the new ranks' "drop" remainder (less than a chunk per rank), and a
     # short last batch with drop_last; "pad" without drop_last delivers every sample.
-    allowed = (w2 * c if uneven == "drop" and w1 != w2 and not fresh else 0) + (w2 * batch if drop_last else 0)
+    allowed = (w2 * c if uneven == "drop" and w1 != w2 and not fresh else 0) + (
+        w2 * batch if drop_last else 0
+    )
     assert missing <= allowed
 
 
 @settings(max_examples=60, deadline=None)
-@given(runs(), st.lists(st.integers(1, 12), min_size=2, max_size=4), st.sampled_from(["drop", "pad"]), st.data())
+@given(
+    runs(), st.lists(st.integers(1, 12), min_size=2, max_size=4), st.sampled_from(["drop", "pad"]), st.data()
+)
 def test_several_restarts_in_one_epoch(run, worlds, uneven, data) -> None:
     """W1 -> W2 -> W3...: each restart re-shards what the previous ones left."""
     n, c, window, fractions, split = run
@@ -179,8 +183,10 @@ def test_several_restarts_in_one_epoch(run, worlds, uneven, data) -> None:
     for k, world in enumerate(worlds):
         last = k == len(worlds) - 1
         segment_done = []
-        if states is not None and world > n_chunks and not any(
-            resume_point(states, IDENTITY, rank=0, world_size=world).resumed_from
+        if (
+            states is not None
+            and world > n_chunks
+            and not any(resume_point(states, IDENTITY, rank=0, world_size=world).resumed_from)
         ):
             return  # nothing handed out: a fresh epoch, which refuses more ranks than chunks
         for r in range(world):

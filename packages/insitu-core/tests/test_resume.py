@@ -144,7 +144,10 @@ def test_mismatched_state_is_refused(root: Path) -> None:
     store = insitu.open_store(root)
     manifest = insitu.SplitManifest.from_json((root.parent / "manifest.json").read_text())
     cases = [
-        (dict(batch_size=BATCH + 1), "batch_size=5 in the state, 6 here; batches done are counted in batches"),
+        (
+            dict(batch_size=BATCH + 1),
+            "batch_size=5 in the state, 6 here; batches done are counted in batches",
+        ),
         (dict(seed=12), "seed"),
     ]
     for kwargs, match in cases:

@@ -45,7 +45,9 @@ def _dataset(root: Path, **kw) -> insitu.InSituDataset:
 def test_counts_must_be_integers(root: Path, key: str, value: object) -> None:
     with _dataset(root) as ds:
         state = ds.train.state_dict() | {key: value}
-        with pytest.raises(ConfigError, match=rf"state\['{key}'\] must be a non-negative integer, got {value!r}"):
+        with pytest.raises(
+            ConfigError, match=rf"state\['{key}'\] must be a non-negative integer, got {value!r}"
+        ):
             ds.train.load_state_dict(state)
 
 
@@ -64,11 +66,11 @@ def test_a_state_made_on_another_store_of_the_same_shape_is_refused(root: Path, 
     shutil.copytree(root, other)
     with _dataset(root) as ds:
         state = ds.train.state_dict()
-    with _dataset(other) as ds, pytest.raises(ConfigError, match="store=.*saved on another store"):
+    with _dataset(other) as ds, pytest.raises(ConfigError, match=r"store=.*saved on another store"):
         ds.train.load_state_dict(state)
     # Other metadata (here an attribute) on the same store: the arrays differ.
     zarr.open_array(root / "x", mode="r+").attrs["units"] = "K"
-    with _dataset(root) as ds, pytest.raises(ConfigError, match="arrays=.*metadata differ"):
+    with _dataset(root) as ds, pytest.raises(ConfigError, match=r"arrays=.*metadata differ"):
         ds.train.load_state_dict(state)
 
 
