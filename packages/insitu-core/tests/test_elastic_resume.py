@@ -209,3 +209,26 @@ def test_several_restarts_in_one_epoch(run, worlds, uneven, data) -> None:
     if uneven == "pad":
         # Each restart at a new size delivers all it was left; one at the same size continues.
         assert set(delivered) == epoch
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs(), st.integers(1, 9), st.integers(1, 5), st.sampled_from(["drop", "pad"]), st.integers(0, 99))
+def test_the_old_ranks_orders_are_rebuilt_exactly(run, world, block, uneven, seed) -> None:
+    """What an elastic resume takes each old rank to have delivered is that rank's own order."""
+    from insitu.plan.order import EpochUnits, order_with_runs
+
+    n, c, window, fractions, split = run
+    m = split_by_chunk(geom(n, c), fractions, names=["train", "val", "test"][: len(fractions)])
+    kw = dict(anchor_range=(0, n - window), epoch=1, seed=seed, shuffle=split == "train")
+    units = EpochUnits(m, split, **kw)
+    if world > units.n_units:
+        return
+    limit = units.rank_limit(world, uneven)
+    for r in range(world):
+        mine = units.rank_order(r, world, limit, block, 2)[0]
+        theirs = order_with_runs(
+            m, split, rank=r, world_size=world, block_chunks=block, first_block_chunks=2, uneven=uneven, **kw
+        )[0]
+        assert np.array_equal(mine.anchors, theirs.anchors)
+        assert np.array_equal(mine.block_starts, theirs.block_starts)
+        assert mine.n_valid == theirs.n_valid
