@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _support import as_list, open_dataset, record, write_store
+from _support import CHUNK, as_list, open_dataset, record, write_store
 from torch.utils.data import DataLoader
 
 import insitu
@@ -143,12 +143,33 @@ def test_a_state_from_a_differently_built_dataset_is_refused(
         as_torch(ds.train).load_state_dict(state)
 
 
-def test_a_state_from_another_manifest_or_world_size_is_refused(store: Path) -> None:
+def test_a_state_from_one_process_finishes_the_epoch_on_two(store: Path) -> None:
+    """Elastic resume through the adapter: the two new ranks share what the one old rank left."""
+    with open_dataset(store) as ds:
+        it = iter(as_torch(ds.train))
+        before = [i for _ in range(3) for i in next(it).sample_indices.tolist()]
+        it.close()
+        state = as_torch(ds.train).state_dict()
+        assert state["batches_done"] == 3
+        after: list[int] = []
+        counts = set()
+        for rank in range(2):
+            sharded = as_torch(ds.train, rank=rank, world_size=2)
+            sharded.load_state_dict(state)
+            batches = list(sharded)
+            assert len(batches) == len(sharded)
+            counts.add(len(batches))
+            after += [i for b in batches for i in b.sample_indices.tolist()]
+    assert len(counts) == 1, "both new ranks yield the same number of batches"
+    everything = before + after
+    assert len(everything) == len(set(everything)), "no sample twice"
+    train = len(ds.manifest.samples("train"))
+    assert len(everything) > train - 2 * CHUNK, "less than a chunk per new rank dropped"
+
+
+def test_a_state_from_another_manifest_is_refused(store: Path) -> None:
     with open_dataset(store) as ds:
         state = as_torch(ds.train).state_dict()
-        sharded = as_torch(ds.train, rank=0, world_size=2)
-        with pytest.raises(insitu.ConfigError, match="different world size is not supported"):
-            sharded.load_state_dict(state)
     geoms = insitu.open_geometries(insitu.open_store(store), variables=["x", "y"])
     manifest = insitu.split_by_chunk(geoms["x"], (0.5, 0.5), names=("train", "val"))
     with (
