@@ -211,7 +211,9 @@ class DeviceStage:
         if isinstance(sets, bool) or not isinstance(sets, int) or sets < 1:
             raise ValueError(f"device_sets must be a positive integer, got {device_sets!r}")
         self.device_buffers = DeviceBuffers(self.backend, sets)
-        self.chain = DeviceChain(transforms, _geometries(view))
+        self.geometries = _geometries(view)
+        self.chain = DeviceChain(transforms, self.geometries)
+        self._decode: dict[str, str] | None = None
         self._copy_stream: Stream | None = None
         self._iterator: DeviceIterator | None = None
         self.batches = 0
@@ -286,7 +288,16 @@ class DeviceStage:
             "device_allocations": self.device_buffers.allocations,
             "device_reuses": self.device_buffers.reuses,
             "transforms": self.chain.describe(),
+            "decode": self.decode_paths(),
         }
+
+    def decode_paths(self) -> dict[str, str]:
+        """Per label, where its chunks are decoded and why (probed once; see :mod:`insitu_gpu.decode`)."""
+        if self._decode is None:
+            from insitu_gpu.decode import decode_paths
+
+            self._decode = decode_paths(self.geometries)
+        return self._decode
 
     def close(self) -> None:
         """Release the copy stream (and its thread on the CPU backend) and the recycled buffers."""
