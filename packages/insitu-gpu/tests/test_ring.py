@@ -64,3 +64,20 @@ def test_a_slot_is_rewritten_only_after_the_copy_that_reads_it() -> None:
 def test_slots_must_be_positive() -> None:
     with pytest.raises(ValueError, match="pinned slots"):
         PinnedRing(HostBackend(), slots=0)
+
+
+def test_large_arrays_are_copied_in_parallel_pieces_with_the_same_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import insitu_gpu.ring as ring_module
+
+    monkeypatch.setattr(ring_module, "SPLIT_BYTES", 1024)  # small pieces, so a small test splits
+    ring = PinnedRing(HostBackend(), slots=2, copy_threads=3)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        arrays = {"a": rng.normal(size=(30, 64)).astype("float32"), "b": rng.integers(0, 9, size=(30, 3))}
+        slot = ring.stage(arrays)
+        for label, values in arrays.items():
+            np.testing.assert_array_equal(slot.views[label], values)
+    assert len(ring_module._split(slot.views["a"], arrays["a"], 3)) == 3
+    ring.close()

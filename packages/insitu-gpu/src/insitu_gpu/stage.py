@@ -189,6 +189,8 @@ class DeviceStage:
     - ``pinned_slots``: ring size (default ``prefetch + 1``, so that every
       batch staged ahead has its own slot); fewer make the host wait for a copy.
     - ``device_sets``: recycled device buffer sets kept (default ``prefetch + 2``).
+    - ``copy_threads``: threads filling a pinned slot (large arrays only; see
+      :mod:`insitu_gpu.ring`).
     """
 
     def __init__(
@@ -200,13 +202,18 @@ class DeviceStage:
         prefetch: int = 1,
         pinned_slots: int | None = None,
         device_sets: int | None = None,
+        copy_threads: int = 1,
     ) -> None:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be a non-negative integer, got {prefetch!r}")
         self.view = view
         self.backend: Backend = backend if backend is not None else HostBackend()
         self.prefetch = prefetch
-        self.ring = PinnedRing(self.backend, pinned_slots if pinned_slots is not None else prefetch + 1)
+        self.ring = PinnedRing(
+            self.backend,
+            pinned_slots if pinned_slots is not None else prefetch + 1,
+            copy_threads=copy_threads,
+        )
         sets = device_sets if device_sets is not None else prefetch + 2
         if isinstance(sets, bool) or not isinstance(sets, int) or sets < 1:
             raise ValueError(f"device_sets must be a positive integer, got {device_sets!r}")
@@ -302,6 +309,7 @@ class DeviceStage:
     def close(self) -> None:
         """Release the copy stream (and its thread on the CPU backend) and the recycled buffers."""
         self.device_buffers.clear()
+        self.ring.close()
         self.backend.close()
         self._copy_stream = None
 
@@ -335,6 +343,7 @@ def device_stage(
     prefetch: int = 1,
     pinned_slots: int | None = None,
     device_sets: int | None = None,
+    copy_threads: int = 1,
     consumer_stream: Callable[[], int] | None = None,
 ) -> DeviceStage:
     """A :class:`DeviceStage` on CUDA device ``device_id`` (CuPy); ImportError naming what to
@@ -350,6 +359,7 @@ def device_stage(
         prefetch=prefetch,
         pinned_slots=pinned_slots,
         device_sets=device_sets,
+        copy_threads=copy_threads,
     )
 
 
