@@ -16,13 +16,13 @@ rm -rf "$dest"
 mkdir -p "$dest"
 
 # --no-deps with the list spelled out: pip would otherwise fetch numpy again (the machine has it).
-# zarr 3 needs donfig (which needs PyYAML), numcodecs with crc32c, packaging, typing_extensions.
+# zarr 3 needs donfig (which needs PyYAML), google-crc32c, msgspec, numcodecs, packaging, typing_extensions.
 python3 -m pip download --quiet --no-deps --only-binary=:all: \
   --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any \
   -d "$dest" \
-  "zarr>=3.1,<4" "numcodecs>=0.14" crc32c donfig pyyaml packaging typing_extensions obstore
+  "zarr>=3.1,<4" "numcodecs>=0.14" google-crc32c msgspec donfig pyyaml packaging typing_extensions obstore
 
 total=$(du -cb "$dest"/*.whl | tail -1 | cut -f1)
 ls -1 "$dest"
