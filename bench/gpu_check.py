@@ -144,7 +144,7 @@ def check_transforms(env: Env, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     lon = np.linspace(0.0, 360.0, n_lon, endpoint=False)
     source = Grid.from_coords(lat, lon)
     coarse = Grid.regular(sizes["regrid_to"])
-    chunk = {
+    chunk: dict[str, Any] = {
         "Cast(float16)": Cast("float16"),
         "FillNaN(0)": FillNaN(0.0),
         "Crop": Crop({1: slice(2, n_lat - 2), 2: slice(0, n_lon // 2)}),
@@ -263,7 +263,7 @@ def check_decode(env: Env, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     ):
         encoded = [bytes(codec.encode(c)) for c in raw]
         decoded_bytes = sum(c.nbytes for c in raw)
-        cpu_s = env.timed(lambda codec=codec, encoded=encoded: [codec.decode(e) for e in encoded], repeat=2)
+        cpu_s = env.timed(_decode_all(codec.decode, encoded), repeat=2)
         row: dict[str, Any] = {
             "codec": name,
             "ratio": decoded_bytes / sum(len(e) for e in encoded),
@@ -276,9 +276,7 @@ def check_decode(env: Env, sizes: dict[str, Any]) -> list[dict[str, Any]]:
             try:
                 first = env.backend.to_host(decode(encoded[0]))
                 row["gpu_matches_cpu"] = bool(np.array_equal(first.view(np.float32), raw[0]))
-                gpu_s = env.timed(
-                    lambda decode=decode, encoded=encoded: [decode(e) for e in encoded], repeat=2
-                )
+                gpu_s = env.timed(_decode_all(decode, encoded), repeat=2)
                 row["gpu_GBps"] = decoded_bytes / 1e9 / gpu_s
                 row["gpu_vs_core"] = row["gpu_GBps"] / row["cpu_core_GBps"]
                 row["gpu"] = support.describe()
@@ -288,13 +286,18 @@ def check_decode(env: Env, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _decode_all(decode: Callable[[bytes], Any], encoded: list[bytes]) -> Callable[[], list[Any]]:
+    return lambda: [decode(e) for e in encoded]
+
+
 # -- 4. consumer stall of a small CNN ----------------------------------------------------------------
 
 
 def _write_store(path: Path, sizes: dict[str, Any]) -> None:
     import zarr
 
-    n, c, h, w = sizes["samples"], sizes["channels"], *sizes["image"]
+    n, c = int(sizes["samples"]), int(sizes["channels"])
+    h, w = (int(v) for v in sizes["image"])
     rng = np.random.default_rng(3)
     group = zarr.open_group(path, mode="w")
     x = group.create_array("x", shape=(n, c, h, w), chunks=(sizes["chunk_samples"], c, h, w), dtype="float32")
@@ -395,7 +398,7 @@ def check_training(env: Env, sizes: dict[str, Any]) -> dict[str, Any]:
         store = Path(tmp) / "train.zarr"
         _write_store(store, sizes)
         url = f"file://{store}"
-        geoms = insitu.open_geometries(url)
+        geoms = insitu.open_geometries(insitu.open_store(url))
         manifest = insitu.split_by_chunk(geoms["x"], (1.0,))
         with insitu.InSituDataset(
             url,
