@@ -132,7 +132,7 @@ class Env:
 
 
 def check_transforms(env: Env, sizes: dict[str, Any]) -> list[dict[str, Any]]:
-    from insitu.batch import Batch
+    from insitu import Batch
     from insitu_gpu import DeviceChain
     from insitu_transforms import Cast, Coarsen, Crop, FillNaN, Grid, Regrid, StandardScaler
 

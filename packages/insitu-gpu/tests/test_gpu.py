@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from insitu.batch import Batch
+from insitu import Batch
 from insitu.testing import assert_entry_point, assert_registers
 from insitu_gpu import CupyDevice, cupy_device, to_device
 
