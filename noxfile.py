@@ -122,8 +122,9 @@ def tests_tf(session: nox.Session) -> None:
 
 @nox.session(name="tests-gpu", python="3.11", venv_backend="uv", tags=["tests"])
 def tests_gpu(session: nox.Session) -> None:
-    """insitu-gpu registration and its error without CuPy (GPU tests skip without a device)."""
-    session.install(*_editable("insitu-core[test]", "insitu-gpu[test]"))
+    """insitu-gpu's device stage on the numpy backend (ring, ordering, device transforms vs host, resume); GPU tests skip without a device."""
+    # insitu-transforms: the device transforms are checked against its host implementations.
+    session.install(*_editable("insitu-core[test]", "insitu-transforms", "insitu-gpu[test]"))
     _pytest(session, "insitu-gpu")
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from insitu.batch import Batch
+from insitu import Batch
 from insitu.testing import assert_entry_point, assert_registers
 from insitu_gpu import CupyDevice, cupy_device, to_device
 
@@ -26,13 +26,16 @@ def _gpu_available() -> bool:
 needs_gpu = pytest.mark.skipif(not _gpu_available(), reason="needs CuPy and a CUDA device")
 
 
-def test_plugin_registers_the_cupy_device() -> None:
-    assert_registers("insitu_gpu.plugin", "devices", ["cupy"], exact=True)
+def test_plugin_registers_the_devices() -> None:
+    assert_registers("insitu_gpu.plugin", "devices", ["cupy", "cuda", "host"], exact=True)
     assert_entry_point("gpu", "insitu_gpu.plugin")
 
 
 def test_importing_the_plugin_does_not_import_cupy() -> None:
-    code = "import sys, insitu, insitu_gpu, insitu_gpu.plugin; sys.exit('cupy' in sys.modules)"
+    code = (
+        "import sys, insitu, insitu_gpu, insitu_gpu.plugin, insitu_gpu.stage, insitu_gpu.device_transforms; "
+        "sys.exit(any(m in sys.modules for m in ('cupy', 'cupyx', 'kvikio', 'torch', 'jax')))"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

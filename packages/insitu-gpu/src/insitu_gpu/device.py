@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-INSTALL_HINT = "pip install cupy-cuda12x (CUDA 12; cupy-cuda11x for CUDA 11)"
+INSTALL_HINT = "pip install cupy-cuda12x (CUDA 12; cupy-cuda13x for CUDA 13, cupy-cuda11x for CUDA 11)"
 
 
 def import_cupy() -> Any:

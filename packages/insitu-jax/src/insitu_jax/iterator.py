@@ -49,6 +49,7 @@ class JaxIterator(Iterator[dict[str, Any]]):
         *,
         sharding: jax.sharding.Sharding | None = None,
         prefetch: int = 2,
+        device: Any = None,
     ) -> None:
         view = require_batched_view(view, "jax_iterator")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
@@ -60,6 +61,13 @@ class JaxIterator(Iterator[dict[str, Any]]):
         if self.process_count > 1 and sharding is None:
             sharding = global_batch_sharding()
         self.sharding = sharding
+        self.device = None
+        if device is not None:
+            if sharding is not None or self.process_count > 1:
+                raise ConfigError("jax_iterator: give device (one device, one process) or sharding, not both")
+            from insitu_jax.device import resolve_device
+
+            self.device = resolve_device(device)
         # len() plans the epoch: a bad rank layout (more ranks than chunks) fails here, not mid-training.
         len(self.view)
         self._pending: deque[dict[str, Any]] = deque()
@@ -70,7 +78,12 @@ class JaxIterator(Iterator[dict[str, Any]]):
 
     def __next__(self) -> dict[str, jax.Array]:
         if self._source is None:
-            self._source = iter(self.view)
+            if self.device is None:
+                self._source = iter(self.view)
+            else:
+                from insitu_jax.device import device_batches
+
+                self._source = device_batches(self.view, self.device)
         # Keep `prefetch` batches converted beyond the one returned: their transfers run while
         # the caller computes on this one.
         while len(self._pending) <= self.prefetch:
@@ -87,6 +100,8 @@ class JaxIterator(Iterator[dict[str, Any]]):
         return len(self.view)
 
     def _convert(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+        if self.device is not None:
+            return dict(batch)  # already on the device (insitu_jax.device)
         if self.process_count == 1 or self.sharding is None or self.sharding.is_fully_addressable:
             return to_jax(batch, sharding=self.sharding)
         jax = import_jax()
@@ -128,6 +143,7 @@ def jax_iterator(
     *,
     sharding: jax.sharding.Sharding | None = None,
     prefetch: int = 2,
+    device: Any = None,
 ) -> JaxIterator:
     """Iterate ``view`` as ``{label: jax.Array}``, keeping ``prefetch`` batches in flight.
 
@@ -145,12 +161,17 @@ def jax_iterator(
     The returned iterator has ``state_dict()`` / ``load_state_dict()`` for
     exact resume: see :class:`JaxIterator`.
 
+    ``device`` (a ``jax.Device``, an index, or ``"gpu:0"``; one process, no
+    ``sharding``) puts every batch on that device: on a GPU through
+    insitu-gpu's device stage when it is installed (pinned ring, copies on
+    their own stream, arrays by DLPack), otherwise with ``jax.device_put``.
+
     ``view`` is an insitu view (``ds.train``...) or any other
     :class:`insitu.BatchedView`; several processes and resume need an
     :class:`insitu.sources.ShardableView` (what ``ds.train`` is). Anything
     else raises TypeError naming its type.
     """
-    return JaxIterator(view, sharding=sharding, prefetch=prefetch)
+    return JaxIterator(view, sharding=sharding, prefetch=prefetch, device=device)
 
 
 def _process_view(view: BatchedView, process_index: int, process_count: int) -> BatchedView:

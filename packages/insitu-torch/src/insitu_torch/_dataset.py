@@ -10,6 +10,7 @@ from torch.utils.data import IterableDataset
 
 from insitu.sources import BatchedView, require_shardable_view
 from insitu_torch._batch import TorchBatch
+from insitu_torch._device import device_stage_for, from_device_batch
 from insitu_torch._loader_checks import install_collate_refusal, refuse_pickling, refuse_worker_process
 from insitu_torch._tensors import to_torch
 
@@ -38,12 +39,18 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         self.device = device
         self.pin_memory = pin_memory
         self.non_blocking = non_blocking
+        self._stage: Any = None  # insitu-gpu's device stage, for a CUDA device when installed
 
     def __iter__(self) -> Iterator[TorchBatch]:
         refuse_worker_process()
         # A generator: nothing starts until the first batch is asked for, so a
         # loader that calls iter() before load_state_dict() (StatefulDataLoader)
         # starts no read it would throw away.
+        self._stage = device_stage_for(self.view, self.device)
+        if self._stage is not None:
+            for staged in self._stage:
+                yield from_device_batch(staged, self.device)
+            return
         for batch in self.view:
             yield to_torch(
                 batch, device=self.device, pin_memory=self.pin_memory, non_blocking=self.non_blocking
@@ -67,7 +74,9 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         Counts batches this dataset has yielded; take it between steps, after
         the batch you last trained on.
         """
-        return dict(require_shardable_view(self.view, "InSituIterableDataset.state_dict").state_dict())
+        view = require_shardable_view(self.view, "InSituIterableDataset.state_dict")
+        # The device stage reads a batch ahead; its state leaves that batch out.
+        return dict(view.state_dict() if self._stage is None else self._stage.state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the batches recorded in ``state`` on the next iteration.

@@ -69,7 +69,9 @@ def as_torch(
     ``state_dict()`` / ``load_state_dict()`` on the result resume exactly
     (also through torchdata's ``StatefulDataLoader``); ``set_epoch(e)``
     selects the epoch. ``device``, ``pin_memory`` and ``non_blocking`` are
-    passed to :func:`to_torch` for every batch.
+    passed to :func:`to_torch` for every batch; with insitu-gpu installed, a
+    CUDA ``device`` goes through its device stage instead (pinned ring, copies
+    on their own stream that torch's stream waits on, tensors by DLPack).
     """
     view = require_batched_view(view, "as_torch")
     import_torch()
