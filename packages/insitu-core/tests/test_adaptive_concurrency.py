@@ -149,3 +149,40 @@ def test_local_files_have_no_limit_to_adapt(tmp_path: Any) -> None:
     assert report.inflight == ()
     assert stats.inflight_limit == 0
     assert "in flight" not in report.line()
+
+
+def _defaults_epoch(store: Store, values: np.ndarray) -> None:
+    """One shuffled pass at the dataset's defaults (16 chunks a block, two blocks of read-ahead)."""
+    geoms = insitu.open_geometries(store, variables=["v"])
+    manifest = insitu.split_by_chunk(geoms["v"], (1.0,))
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=32) as ds:
+        seen = []
+        for batch in ds.train:
+            np.testing.assert_array_equal(batch["v"], values[batch.sample_indices])
+            seen.append(batch.sample_indices)
+        assert sorted(np.concatenate(seen).tolist()) == list(range(N))
+
+
+# Chunks the default read-ahead holds at one sample per chunk: the batch being assembled (two
+# blocks of 16) and two blocks ahead, plus the one the producer is planning.
+DEFAULT_READAHEAD_CHUNKS = 5 * 16
+
+
+def test_read_ahead_grows_to_feed_the_requests_in_flight_the_controller_chose() -> None:
+    source, values = _source()
+    store = PacedStore(source, slow_s=0.05)
+    _defaults_epoch(store, values)
+    # At 50 ms per GET the controller raises the limit past 32; the read-ahead follows it instead
+    # of holding the store to the ~80 chunks of two blocks of 16.
+    assert store.most["slow"] > DEFAULT_READAHEAD_CHUNKS
+
+
+def test_read_ahead_beyond_its_blocks_stays_under_its_byte_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from insitu.engine import epoch
+
+    source, values = _source()
+    # 64 bytes a sample: a cap of 40 samples is less than the default read-ahead already holds.
+    monkeypatch.setattr(epoch, "READAHEAD_CAP_BYTES", 40 * 64)
+    store = PacedStore(source, slow_s=0.05)
+    _defaults_epoch(store, values)
+    assert store.most["slow"] <= DEFAULT_READAHEAD_CHUNKS

@@ -5,7 +5,13 @@ Two coroutines on the engine loop cooperate:
 * the *producer* walks the blocks in order, pins the slabs each needs
   (reserving pool slots and starting loads for the missing ones) and runs at
   most ``readahead_blocks`` blocks ahead of the emitter, however large the
-  cache budget is, so the first batch never waits for the cache to fill;
+  cache budget is, so the first batch never waits for the cache to fill. On a
+  remote store it goes further while the reads queued and in flight are fewer
+  than twice the concurrency controller's limit (the controller only raises
+  the limit while reads wait for slots, so demand must exceed it), up to
+  :data:`READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
+  sample per chunk and 100 ms per GET, two blocks of 16 chunks would leave
+  a limit of 256 with nothing to send;
 * the *emitter* waits until the blocks a batch touches are ready, has the
   gatherer copy it out of the pool on its thread, and hands it to the
   consumer through a queue bounded by ``prefetch``.
@@ -32,6 +38,11 @@ from insitu.engine.scatter import Destinations
 from insitu.plan.reads import EpochPlan
 
 END = object()
+
+#: The most bytes of batch rows a remote pass reads ahead of the batch being delivered when the
+#: concurrency controller wants more reads than ``readahead_blocks`` supply (the memory bound
+#: of the read-ahead beyond ``readahead_blocks``; local files never read further).
+READAHEAD_CAP_BYTES = 256 << 20
 
 
 class EpochRun:
@@ -82,6 +93,10 @@ class EpochRun:
         self._emitting = self._first_block
         self._produced = self._first_block
         self._advanced: asyncio.Future[None] | None = None
+        # Bytes of one sample over every label: what a block of read-ahead holds in batch rows.
+        self._sample_bytes = sum(
+            int(np.prod(spec.sample_shape)) * spec.dtype.itemsize for spec in gatherer.specs.values()
+        )
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
@@ -119,7 +134,7 @@ class EpochRun:
                 slabs, first = self.plan.first_uses(path, self._first_block)
                 apool.expect(slabs, first)
         for b in range(self._first_block, self.plan.order.n_blocks):
-            while b > self._emitting + self.readahead:
+            while not self._may_produce(b):
                 self._advanced = loop.create_future()
                 await self._advanced
             self._produce_block(b)
@@ -132,6 +147,21 @@ class EpochRun:
                 # first batch waits for one block's transfer rather than for the read-ahead's too.
                 with contextlib.suppress(Exception):
                     await asyncio.shield(waiter.future)
+
+    def _may_produce(self, b: int) -> bool:
+        """Whether block ``b`` may be pinned and loaded now: within ``readahead_blocks`` of the
+        batch being assembled or, on a remote store, while the reads outstanding leave the
+        controller's limit short of demand and the rows ahead stay under the byte cap."""
+        if b <= self._emitting + self.readahead:
+            return True
+        engine = self.engine
+        if not engine.adapts_inflight:
+            return False
+        starts = self.plan.order.block_starts
+        ahead = int(starts[b + 1] - starts[self._emitting]) * self._sample_bytes
+        if ahead > READAHEAD_CAP_BYTES:
+            return False
+        return engine.fetches.outstanding < 2 * engine.concurrency.controller.limit
 
     def _produce_block(self, b: int) -> None:
         """Pin (or start loading) every slab block ``b`` needs. A slab goes to the pool when this
@@ -183,7 +213,11 @@ class EpochRun:
         self._streams[b] = streams
         waiting = [e for es in pinned.values() for e in es if e is not None]
         waiting += [e for _, es in streams.values() for e in es]
-        self._block_waiter[b] = self._waiter_for(waiting, asyncio.get_running_loop())
+        waiter = self._waiter_for(waiting, asyncio.get_running_loop())
+        self._block_waiter[b] = waiter
+        if waiter is not None and self.engine.adapts_inflight:
+            # Its reads are done: the producer may have room to read further ahead.
+            waiter.future.add_done_callback(self._wake_producer)
 
     def _destinations(self, b: int, path: str, ids: np.ndarray) -> list[Destinations]:
         """For each streamed slab ``ids`` of block ``b`` (sorted), the batch rows its rows fill,
@@ -267,6 +301,9 @@ class EpochRun:
 
     def _set_emitting(self, block: int) -> None:
         self._emitting = block
+        self._wake_producer()
+
+    def _wake_producer(self, _: object = None) -> None:
         if self._advanced is not None and not self._advanced.done():
             self._advanced.set_result(None)
 

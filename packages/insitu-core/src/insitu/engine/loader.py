@@ -516,6 +516,11 @@ class FetchQueue:
         """True when GETs wait for a worker slot (demand above the chosen concurrency)."""
         return bool(self._heap)
 
+    @property
+    def outstanding(self) -> int:
+        """GETs queued or holding a slot of the limiter (shard and zarr reads included)."""
+        return len(self._heap) + self.engine.inflight.in_use
+
     def put(self, priority: int, loader: ArrayLoader, item: ReadItem) -> None:
         """Queue one GET (on the loop)."""
         heapq.heappush(self._heap, (priority, next(self._seq), loader, item))
