@@ -186,3 +186,31 @@ def test_read_ahead_beyond_its_blocks_stays_under_its_byte_cap(monkeypatch: pyte
     store = PacedStore(source, slow_s=0.05)
     _defaults_epoch(store, values)
     assert store.most["slow"] <= DEFAULT_READAHEAD_CHUNKS
+
+
+class FirstWaveStore(PacedStore):
+    """Records how many chunk GETs had started when the first one returned."""
+
+    started_when_first_done: int | None = None
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        out = await super().get(key, prototype, byte_range)
+        if is_chunk_key(key) and self.started_when_first_done is None:
+            self.started_when_first_done = self.started
+        return out
+
+
+def test_first_batch_chunks_go_out_in_one_wave() -> None:
+    source, values = _source()
+    store = FirstWaveStore(source, slow_s=0.05)
+    geoms = insitu.open_geometries(store, variables=["v"])
+    manifest = insitu.split_by_chunk(geoms["v"], (1.0,))
+    # 32 one-sample chunks a batch, 16 a block: the first batch spans two blocks.
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=32, block_chunks=16) as ds:
+        batch = next(iter(ds.train))
+        np.testing.assert_array_equal(batch["v"], values[batch.sample_indices])
+    # Both blocks' chunks were requested before any came back: one round trip, not one per block.
+    assert store.started_when_first_done is not None
+    assert store.started_when_first_done >= 32

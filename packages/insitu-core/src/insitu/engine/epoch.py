@@ -133,6 +133,11 @@ class EpochRun:
             if apool.has_spare:  # cached slabs of an earlier pass: give each its first use in this one
                 slabs, first = self.plan.first_uses(path, self._first_block)
                 apool.expect(slabs, first)
+        # Remote reads share the link: the blocks of the first batch go out together as one wave
+        # and come in alone, so the first batch waits for one round trip (its own chunks), not for
+        # a round trip per block nor for the read-ahead's transfers too.
+        first_wave = self._first_batch_last_block() if engine.adapts_inflight else -1
+        wave: list[asyncio.Future[None]] = []
         for b in range(self._first_block, self.plan.order.n_blocks):
             while not self._may_produce(b):
                 self._advanced = loop.create_future()
@@ -142,11 +147,19 @@ class EpochRun:
             if self._produced_event is not None and not self._produced_event.done():
                 self._produced_event.set_result(None)
             waiter = self._block_waiter.get(b)
-            if b == self._first_block and waiter is not None and not engine.fetcher.reads_files:
-                # Remote reads share the link: the first block's chunks come in alone, so the
-                # first batch waits for one block's transfer rather than for the read-ahead's too.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(waiter.future)
+            if waiter is not None and b <= first_wave:
+                wave.append(waiter.future)
+            if b == first_wave and wave:
+                with contextlib.suppress(Exception):  # a failure reaches the consumer via the emitter
+                    await asyncio.shield(asyncio.gather(*wave, return_exceptions=True))
+
+    def _first_batch_last_block(self) -> int:
+        """The last block the first batch of this pass reads from."""
+        plan = self.plan
+        if self.start_batch >= plan.n_batches:
+            return -1
+        _, hi = plan.batch_bounds(self.start_batch)
+        return plan.block_of(hi - 1)
 
     def _may_produce(self, b: int) -> bool:
         """Whether block ``b`` may be pinned and loaded now: within ``readahead_blocks`` of the
