@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "suite"))
 
 from common import Spec, StoreSpec
 from data import build_cases
-from driver import MODES, REPO, run_one, tunings
+from driver import FAR_LATENCY_MS, MODES, REPO, THROTTLE_ABOVE, run_one, tunings
 
 SOURCES = ("packages/insitu-core/src", "packages/insitu-stores/src")
 
@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base", help="git revision to compare this checkout against")
     ap.add_argument("--cases", nargs="+", default=["c1", "c8", "c32", "multivar", "window", "sharded"])
-    ap.add_argument("--conditions", nargs="+", default=["local", "latency"], choices=["local", "latency"])
+    ap.add_argument(
+        "--conditions",
+        nargs="+",
+        default=["local", "latency"],
+        choices=["local", "latency", "latency100", "throttle"],
+    )
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--block-samples", type=int, default=256, help="samples per shuffle block")
@@ -84,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for rep in range(args.repeats):
         for cond in args.conditions:
-            store = (
-                StoreSpec("local") if cond == "local" else StoreSpec("latency", latency_ms=args.latency_ms)
-            )
+            store = _store(cond, args.latency_ms)
             for name in args.cases:
                 case = cases[name]
                 tuning = tunings("insitu", case, cond, mode)[0]
@@ -104,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("PYTHONPATH", None)
     _report(rows, args, sha, list(revisions))
     return 0
+
+
+def _store(cond: str, latency_ms: float) -> StoreSpec:
+    """The suite's store for ``cond`` (see driver.py's CONDITIONS)."""
+    if cond == "local":
+        return StoreSpec("local")
+    if cond == "latency100":
+        return StoreSpec("latency", latency_ms=FAR_LATENCY_MS)
+    if cond == "throttle":
+        return StoreSpec("latency", latency_ms=latency_ms, throttle_above=THROTTLE_ABOVE)
+    return StoreSpec("latency", latency_ms=latency_ms)
 
 
 def _mbs(row: dict[str, Any]) -> float:

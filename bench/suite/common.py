@@ -62,6 +62,9 @@ class StoreSpec:
 
     kind: str = "local"
     latency_ms: float = 0.0
+    # Above this many GETs at once the store answers 503 SlowDown (0: never), as S3 does when a
+    # prefix is read faster than it allows: an engine must back off and retry, not fail or skip.
+    throttle_above: int = 0
     endpoint: str = ""  # s3: http://127.0.0.1:PORT (moto); http: the group's URL
     bucket: str = ""
     prefix: str = ""  # s3: key prefix of the group
@@ -176,14 +179,29 @@ def open_zarr_store(spec: Spec) -> Any:
         )
     else:
         raise ValueError(f"unknown store kind {s.kind!r}; expected local, latency, s3 or http")
+    return remote_store(store, s)
+
+
+def remote_store(store: Any, s: StoreSpec) -> Any:
+    """``store`` as the condition serves it: ``latency_ms`` before every get, and throttled above
+    ``throttle_above`` gets at once."""
+    if s.throttle_above > 0:
+        return _ThrottlingStore(store, s.latency_ms / 1e3, s.throttle_above)
     if s.latency_ms > 0:
-        store = latency_store(store, s.latency_ms / 1e3)
+        return latency_store(store, s.latency_ms / 1e3)
     return store
 
 
 def latency_store(store: Any, delay_s: float) -> Any:
     """``store`` with ``delay_s`` added before every get (zarr WrapperStore; picklable)."""
     return _LatencyStore(store, delay_s)
+
+
+class SlowDown(ConnectionError):
+    """What an S3 client raises on ``503 SlowDown``: a transient error (a ConnectionError), with
+    the status on the exception, the way insitu and the HTTP clients classify throttling."""
+
+    status = 503
 
 
 try:
@@ -276,3 +294,35 @@ def warm_epoch(result: Result, clock: Clock, batches: Callable[[], Iterable[Any]
     clock.start()
     result.warm_samples = sum(len(b.sample_indices) for b in batches())
     result.warm_elapsed_s = clock.since_start()
+
+
+class _ThrottlingStore(_LatencyStore):
+    """A store that refuses (503 SlowDown, after one round trip) every get beyond ``limit`` in
+    flight; the others wait ``delay_s`` as under ``latency``. Metadata is never refused (an
+    engine should not fail to open the store, only have to pace its chunk reads)."""
+
+    def __init__(self, store: Any, delay_s: float, limit: int) -> None:
+        super().__init__(store, delay_s)
+        self.limit = limit
+        self.in_flight = 0
+
+    def _with_store(self, store: Any) -> _ThrottlingStore:
+        return type(self)(store, self.delay_s, self.limit)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ThrottlingStore, (self._store, self.delay_s, self.limit))
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if key.rsplit("/", 1)[-1] in _METADATA:
+            return await super().get(key, prototype, byte_range)
+        if self.in_flight >= self.limit:
+            await asyncio.sleep(self.delay_s)  # a refusal costs a round trip too
+            raise SlowDown(f"503 SlowDown: {key} ({self.limit} requests in flight at most)")
+        self.in_flight += 1
+        try:
+            return await super().get(key, prototype, byte_range)
+        finally:
+            self.in_flight -= 1
+
+
+_METADATA = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})

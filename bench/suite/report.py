@@ -54,11 +54,13 @@ WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
 PER_SAMPLE_STACKS = ("xbatcher", "workers")
 CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather", "ceiling_rawget")
 ENGINE_ORDER = ("insitu", "insitu_stream", "insitubatch", *WORKER_STACKS, "naive", "simple", *CEILINGS)
-CONDITION_ORDER = ("local", "latency", "http", "s3")
+CONDITION_ORDER = ("local", "latency", "latency100", "throttle", "http", "s3")
 CASE_ORDER = ("c1", "c2", "c8", "c32", "multivar", "window", "sharded")
 CONDITION_TITLES = {
     "local": "local disk",
     "latency": "local disk + {latency_ms:g} ms per GET",
+    "latency100": "local disk + 100 ms per GET",
+    "throttle": "local disk + {latency_ms:g} ms per GET, 503 SlowDown above 24 GETs at once",
     "http": "HTTP (nginx on loopback, {latency_ms:g} ms per request inside the server)",
     "s3": "S3 (moto server on loopback)",
 }

@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import Spec, begin, cold_epoch, emit, latency_store, warm_epoch
+from common import Spec, begin, cold_epoch, emit, remote_store, warm_epoch
 
 
 def open_store(spec: Spec) -> Any:
@@ -37,7 +37,7 @@ def open_store(spec: Spec) -> Any:
         store = insitu.open_store(s.endpoint)  # insitu-stores' obstore HTTP backend
     else:
         raise ValueError(f"unknown store kind {s.kind!r}")
-    return latency_store(store, s.latency_ms / 1e3) if s.latency_ms > 0 else store
+    return remote_store(store, s)
 
 
 def main(budget: int | None = None) -> None:
