@@ -71,6 +71,7 @@ class EpochOrder:
 
     @property
     def n_blocks(self) -> int:
+        """Number of blocks the epoch is cut into."""
         return len(self.chunk_starts) - 1
 
     @property
@@ -79,6 +80,7 @@ class EpochOrder:
         return Ragged(self.chunk_ids, self.chunk_starts)
 
     def block_anchors(self, b: int) -> np.ndarray:
+        """The anchors (sample indices) of block ``b``, in delivery order."""
         return self.anchors[self.block_starts[b] : self.block_starts[b + 1]]
 
 
@@ -502,8 +504,10 @@ def _rank_limit(
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique`` for 1-D integers: a sort and a compare. (numpy 2.4's ``unique`` took 10 s
-    for ten million values on the reference machine, and imports ``numpy.ma`` on first use.)"""
+    """The sorted distinct values of a 1-D integer array: ``np.unique`` as a sort and a compare.
+
+    numpy 2.4's ``unique`` took 10 s for ten million values on the reference machine, and imports
+    ``numpy.ma`` on first use."""
     s = np.sort(values)
     if len(s) < 2:
         return s

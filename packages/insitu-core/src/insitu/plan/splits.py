@@ -110,6 +110,7 @@ class SplitManifest:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The split names, in the manifest's order."""
         return tuple(self.splits)
 
     def chunks(self, split: str) -> tuple[int, ...]:
