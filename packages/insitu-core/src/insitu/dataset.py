@@ -215,42 +215,53 @@ class InSituDataset:
     # -- the options users read back --------------------------------------------
     @property
     def batch_size(self) -> int:
+        """Samples per batch (the last batch may be short unless ``drop_last``)."""
         return self.options.batch_size
 
     @property
     def block_chunks(self) -> int:
+        """Chunks shuffled together in one block: the shuffle-quality dial (residency is about two blocks)."""
         return self.options.block_chunks
 
     @property
     def seed(self) -> int:
+        """The shuffle seed; with the epoch, it fixes every epoch's order on every machine."""
         return self.options.seed
 
     @property
     def shuffle(self) -> bool:
+        """Whether the ``train`` view shuffles (the other splits are always read in order)."""
         return self.options.shuffle
 
     @property
     def prefetch(self) -> int:
+        """Batches assembled ahead of the consumer."""
         return self.options.prefetch
 
     @property
     def readahead_blocks(self) -> int:
+        """Blocks loaded ahead of the batch being assembled."""
         return self.options.readahead_blocks
 
     @property
     def drop_last(self) -> bool:
+        """Whether a short last batch is dropped."""
         return self.options.drop_last
 
     @property
     def rank(self) -> int:
+        """The rank views read by default (0 when unsharded)."""
         return self.sharding.rank
 
     @property
     def world_size(self) -> int:
+        """The number of ranks the split is sharded across by default (1: unsharded)."""
         return self.sharding.world_size
 
     @property
     def uneven(self) -> str:
+        """How uneven ranks are evened: ``"drop"`` stops every rank at the shortest rank's sample count,
+        ``"pad"`` repeats a rank's own samples (batches then carry a ``valid`` mask)."""
         return self.sharding.uneven
 
     @functools.cached_property
@@ -356,6 +367,7 @@ class InSituDataset:
     # -- epochs -------------------------------------------------------------------
     @property
     def epoch(self) -> int:
+        """The epoch whose shuffle order the views use next (see :meth:`set_epoch`)."""
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
@@ -455,6 +467,8 @@ class InSituDataset:
         return self._closed
 
     def check_open(self) -> None:
+        """Raise if the dataset cannot be read here: ``DatasetClosedError`` once closed, ``ConfigError``
+        in a process forked after it was built."""
         if self._closed:
             raise DatasetClosedError("this InSituDataset is closed; create a new one to read again")
         if os.getpid() != self._pid:
@@ -473,6 +487,7 @@ class InSituDataset:
             self._iterators.add(it)
 
     def unregister(self, it: ViewIterator) -> None:
+        """Stop tracking an iterator that has ended or been closed."""
         with self._lock:
             self._iterators.discard(it)
 
