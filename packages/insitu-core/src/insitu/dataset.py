@@ -65,10 +65,75 @@ class InSituDataset:
     """Shuffled, split-aware batches read in place from a Zarr store.
 
     One instance owns one chunk pool (cache and batch-assembly buffer) that
-    every view shares. See the README for the parameters; each is validated
-    here and a bad value is named in the error. Use it as a context manager
+    every view shares. Each parameter is validated here and a bad value is a
+    :class:`~insitu.errors.ConfigError` naming it. Use it as a context manager
     (or call :meth:`close`) to release its threads and flush a persistent
     cache at a known point; without that, it is released when collected.
+
+    Parameters
+    ----------
+    store
+        A zarr Store, or a path or URL for :func:`~insitu.open_store`.
+    manifest
+        The splits (:func:`~insitu.split_by_chunk`, :func:`~insitu.split_by_coord`); its
+        sample axis is the one every sampled array is read along.
+    geometries
+        The labels to deliver (``{label: geometry}`` or a sequence, shifted windows included);
+        ``None``: every array of the store. Arrays without the sample dimension are static
+        fields, read once and delivered whole with every batch.
+    batch_size
+        Samples per batch.
+    block_chunks
+        Chunks shuffled together in one block: the shuffle-quality dial. Residency is about two
+        blocks.
+    max_inflight
+        The most store reads in flight: a cap under which the engine picks the number itself.
+    seed
+        The shuffle seed; with the epoch (:meth:`set_epoch`) it fixes each epoch's order.
+    shuffle
+        Whether the ``train`` view shuffles (other splits are always read in order).
+    prefetch
+        Batches assembled ahead of the consumer.
+    drop_last
+        Drop a short last batch.
+    cache_budget_bytes
+        Decoded bytes the pool may cache: ``"auto"`` (the whole dataset when it fits in a quarter
+        of the available memory, else that quarter), ``0`` (nothing: every pass streams) or a
+        byte count.
+    cache_dir
+        A directory for memory-mapped arenas instead of anonymous memory.
+    persist
+        ``True`` keeps decoded chunks in ``cache_dir`` across runs (a cache of other data raises
+        ``StaleCacheError``; a slab whose source changed is read again); ``"rebuild"`` rebuilds
+        what does not match instead of raising.
+    on_bad_chunk
+        A chunk that cannot be read or decoded: ``"raise"``, ``"nan"`` (filled with NaN) or
+        ``"skip"`` (its samples dropped); the last two count it in :attr:`stats`.
+    chunk_transforms
+        Applied to each decoded chunk before it enters the pool: a sequence for every array, or
+        ``{array: sequence}``; configurations (``{"name": ...}``) resolve through the registry.
+    batch_transforms
+        Applied to each assembled :class:`~insitu.Batch`, in order.
+    rank
+        The rank the views read by default, in ``[0, world_size)``.
+    world_size
+        The number of ranks the views are sharded across by default: disjoint chunks per rank,
+        equal batch counts.
+    uneven
+        How ranks with unequal sample counts are evened: ``"drop"`` (every rank stops at the
+        shortest's count) or ``"pad"`` (a rank repeats its own samples; batches carry ``valid``).
+    decode_threads
+        Decode workers; ``None``: one per CPU.
+    readahead_blocks
+        Blocks loaded ahead of the batch being assembled.
+    retry
+        The retry policy for transient store errors (a store that retries itself keeps its own).
+    decoders
+        Names of registered decoders to try, in order; ``None``: all. An array none of them
+        handles is read through zarr's own codec pipeline.
+    cf_decode
+        Apply CF decoding (scale, offset, fill values, valid range) to arrays that carry CF
+        attributes: for all, or ``{array: bool}``.
     """
 
     def __init__(
