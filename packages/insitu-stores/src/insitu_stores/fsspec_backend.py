@@ -103,7 +103,7 @@ def fsspec_store(
     ``token="anon"``), ``endpoint`` (``endpoint_url``), ``region``,
     ``requester_pays``, and for S3 ``access_key_id`` / ``secret_access_key``
     / ``session_token`` (s3fs ``key`` / ``secret`` / ``token``). Other
-    keywords go to the filesystem unchanged, and so does
+    keywords (``fs_options``) go to the filesystem unchanged, and so does
     ``storage_options={...}`` (the fsspec / xarray spelling), key for key. An
     option set twice (the same key in ``storage_options`` and as a keyword,
     or a shared option and its fsspec spelling: ``anonymous=`` and ``anon``,
@@ -121,7 +121,9 @@ def fsspec_store(
     dataset's ``retry=``, as the one layer that retries.
 
     ``allow_http`` is accepted for parity with obstore and not needed: fsspec
-    filesystems follow the endpoint's scheme.
+    filesystems follow the endpoint's scheme. ``read_only=False`` opens the
+    store writable; read-only (the default), a missing local directory is a
+    ``FileNotFoundError``.
 
     Raises ``ImportError`` naming the package when the filesystem for the
     URL's scheme is not installed, ``ValueError`` for a malformed URL.

@@ -76,7 +76,8 @@ def icechunk_store(
     ``url_or_repo`` is an ``icechunk://`` URL (see the module docstring), a
     plain local path, or an ``icechunk.Repository`` / ``icechunk.Storage``
     you built yourself. At most one of ``branch`` / ``tag`` / ``snapshot``;
-    the default is branch ``main``.
+    the default is branch ``main``. ``read_only`` must stay ``True`` (a
+    ``ValueError`` otherwise): write through ``repo.writable_session(branch)``.
 
     ``virtual_chunks`` authorises the repository's virtual chunk containers:
     ``{url_prefix: credentials}``, where credentials are an Icechunk

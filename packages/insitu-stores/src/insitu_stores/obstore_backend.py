@@ -103,6 +103,9 @@ def obstore_store(
 ) -> ObstoreStore:
     """A zarr store over ``url`` (s3, gs, az, http(s), file, memory) through obstore.
 
+    - ``read_only`` (the default): a local path must exist (else
+      ``FileNotFoundError``); ``read_only=False`` opens the store writable and
+      creates a missing local directory.
     - ``anonymous=True``: unsigned requests (public buckets).
     - ``endpoint``: an S3-compatible server or Azure/GCS emulator; an
       ``http://`` endpoint turns on ``allow_http`` unless it is given.

@@ -61,6 +61,8 @@ def virtual_store(
     ``urls``: one file or several (``file://``, a plain path, ``s3://``,
     ``gs://``, ``az://``, ``https://``). ``format`` is ``"fits"`` or
     ``"hdf5"`` (netCDF-4 is HDF5), guessed from the file suffix when omitted.
+    ``read_only`` must stay ``True``: the store references bytes of existing
+    files (a ``ValueError`` otherwise).
 
     FITS: every image HDU with data becomes an array named after its EXTNAME
     (``PRIMARY`` for the primary HDU); ``hdus`` picks some by name or index.
