@@ -399,6 +399,8 @@ class EpochUnits:
         return np.add.reduceat(self._sizes, self._unit_start)[self.perm]
 
     def rank_limit(self, world_size: int, uneven: str) -> int | None:
+        """Samples every rank delivers at ``world_size``: the shortest rank's count (``uneven="drop"``) or
+        the longest's (``"pad"``); ``None`` on one rank."""
         return _rank_limit(self.sizes_in_order, self.n_units, world_size, uneven)
 
     def samples_in_order(self) -> np.ndarray:
