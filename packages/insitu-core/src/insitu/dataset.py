@@ -65,10 +65,75 @@ class InSituDataset:
     """Shuffled, split-aware batches read in place from a Zarr store.
 
     One instance owns one chunk pool (cache and batch-assembly buffer) that
-    every view shares. See the README for the parameters; each is validated
-    here and a bad value is named in the error. Use it as a context manager
+    every view shares. Each parameter is validated here and a bad value is a
+    :class:`~insitu.errors.ConfigError` naming it. Use it as a context manager
     (or call :meth:`close`) to release its threads and flush a persistent
     cache at a known point; without that, it is released when collected.
+
+    Parameters
+    ----------
+    store
+        A zarr Store, or a path or URL for :func:`~insitu.open_store`.
+    manifest
+        The splits (:func:`~insitu.split_by_chunk`, :func:`~insitu.split_by_coord`); its
+        sample axis is the one every sampled array is read along.
+    geometries
+        The labels to deliver (``{label: geometry}`` or a sequence, shifted windows included);
+        ``None``: every array of the store. Arrays without the sample dimension are static
+        fields, read once and delivered whole with every batch.
+    batch_size
+        Samples per batch.
+    block_chunks
+        Chunks shuffled together in one block: the shuffle-quality dial. Residency is about two
+        blocks.
+    max_inflight
+        The most store reads in flight: a cap under which the engine picks the number itself.
+    seed
+        The shuffle seed; with the epoch (:meth:`set_epoch`) it fixes each epoch's order.
+    shuffle
+        Whether the ``train`` view shuffles (other splits are always read in order).
+    prefetch
+        Batches assembled ahead of the consumer.
+    drop_last
+        Drop a short last batch.
+    cache_budget_bytes
+        Decoded bytes the pool may cache: ``"auto"`` (the whole dataset when it fits in a quarter
+        of the available memory, else that quarter), ``0`` (nothing: every pass streams) or a
+        byte count.
+    cache_dir
+        A directory for memory-mapped arenas instead of anonymous memory.
+    persist
+        ``True`` keeps decoded chunks in ``cache_dir`` across runs (a cache of other data raises
+        ``StaleCacheError``; a slab whose source changed is read again); ``"rebuild"`` rebuilds
+        what does not match instead of raising.
+    on_bad_chunk
+        A chunk that cannot be read or decoded: ``"raise"``, ``"nan"`` (filled with NaN) or
+        ``"skip"`` (its samples dropped); the last two count it in :attr:`stats`.
+    chunk_transforms
+        Applied to each decoded chunk before it enters the pool: a sequence for every array, or
+        ``{array: sequence}``; configurations (``{"name": ...}``) resolve through the registry.
+    batch_transforms
+        Applied to each assembled :class:`~insitu.Batch`, in order.
+    rank
+        The rank the views read by default, in ``[0, world_size)``.
+    world_size
+        The number of ranks the views are sharded across by default: disjoint chunks per rank,
+        equal batch counts.
+    uneven
+        How ranks with unequal sample counts are evened: ``"drop"`` (every rank stops at the
+        shortest's count) or ``"pad"`` (a rank repeats its own samples; batches carry ``valid``).
+    decode_threads
+        Decode workers; ``None``: one per CPU.
+    readahead_blocks
+        Blocks loaded ahead of the batch being assembled.
+    retry
+        The retry policy for transient store errors (a store that retries itself keeps its own).
+    decoders
+        Names of registered decoders to try, in order; ``None``: all. An array none of them
+        handles is read through zarr's own codec pipeline.
+    cf_decode
+        Apply CF decoding (scale, offset, fill values, valid range) to arrays that carry CF
+        attributes: for all, or ``{array: bool}``.
     """
 
     def __init__(
@@ -215,42 +280,53 @@ class InSituDataset:
     # -- the options users read back --------------------------------------------
     @property
     def batch_size(self) -> int:
+        """Samples per batch (the last batch may be short unless ``drop_last``)."""
         return self.options.batch_size
 
     @property
     def block_chunks(self) -> int:
+        """Chunks shuffled together in one block: the shuffle-quality dial (residency is about two blocks)."""
         return self.options.block_chunks
 
     @property
     def seed(self) -> int:
+        """The shuffle seed; with the epoch, it fixes every epoch's order on every machine."""
         return self.options.seed
 
     @property
     def shuffle(self) -> bool:
+        """Whether the ``train`` view shuffles (the other splits are always read in order)."""
         return self.options.shuffle
 
     @property
     def prefetch(self) -> int:
+        """Batches assembled ahead of the consumer."""
         return self.options.prefetch
 
     @property
     def readahead_blocks(self) -> int:
+        """Blocks loaded ahead of the batch being assembled."""
         return self.options.readahead_blocks
 
     @property
     def drop_last(self) -> bool:
+        """Whether a short last batch is dropped."""
         return self.options.drop_last
 
     @property
     def rank(self) -> int:
+        """The rank views read by default (0 when unsharded)."""
         return self.sharding.rank
 
     @property
     def world_size(self) -> int:
+        """The number of ranks the split is sharded across by default (1: unsharded)."""
         return self.sharding.world_size
 
     @property
     def uneven(self) -> str:
+        """How uneven ranks are evened: ``"drop"`` stops every rank at the shortest rank's sample count,
+        ``"pad"`` repeats a rank's own samples (batches then carry a ``valid`` mask)."""
         return self.sharding.uneven
 
     @functools.cached_property
@@ -356,6 +432,7 @@ class InSituDataset:
     # -- epochs -------------------------------------------------------------------
     @property
     def epoch(self) -> int:
+        """The epoch whose shuffle order the views use next (see :meth:`set_epoch`)."""
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
@@ -455,6 +532,8 @@ class InSituDataset:
         return self._closed
 
     def check_open(self) -> None:
+        """Raise if the dataset cannot be read here: ``DatasetClosedError`` once closed, ``ConfigError``
+        in a process forked after it was built."""
         if self._closed:
             raise DatasetClosedError("this InSituDataset is closed; create a new one to read again")
         if os.getpid() != self._pid:
@@ -473,6 +552,7 @@ class InSituDataset:
             self._iterators.add(it)
 
     def unregister(self, it: ViewIterator) -> None:
+        """Stop tracking an iterator that has ended or been closed."""
         with self._lock:
             self._iterators.discard(it)
 

@@ -32,6 +32,7 @@ class BadChunkPolicy(enum.Enum):
 
     @classmethod
     def parse(cls, value: Any) -> BadChunkPolicy:
+        """The policy named by ``value`` (``"raise"``, ``"nan"`` or ``"skip"``), or a ConfigError naming it."""
         if isinstance(value, cls):
             return value
         try:
@@ -88,6 +89,11 @@ def read_options(
     shuffle: Any,
     drop_last: Any,
 ) -> ReadOptions:
+    """Validate the dataset's reading arguments once into a :class:`ReadOptions`.
+
+    Every count must be a positive integer, ``seed`` a non-negative one, and ``shuffle`` and
+    ``drop_last`` booleans; a bad value raises ConfigError naming the argument. ``decode_threads``
+    of ``None`` means one per CPU."""
     threads = (os.cpu_count() or 1) if decode_threads is None else decode_threads
     return ReadOptions(
         batch_size=positive_int("batch_size", batch_size),
@@ -103,6 +109,22 @@ def read_options(
 
 
 def cache_options(*, budget_bytes: Any, cache_dir: Any, persist: Any) -> CacheOptions:
+    """Validate the cache arguments once into a :class:`CacheOptions`.
+
+    Parameters
+    ----------
+    budget_bytes
+        ``"auto"`` (sized once the dataset is known), or decoded bytes the pool may cache (0: none).
+    cache_dir
+        A directory for memory-mapped arenas, or ``None`` to keep the pool in memory.
+    persist
+        ``True`` keeps decoded chunks in ``cache_dir`` across runs (it is required then);
+        ``"rebuild"`` discards what is there first.
+
+    Raises
+    ------
+    ConfigError
+        Naming the bad argument and its value."""
     if not (persist is True or persist is False or persist == "rebuild"):
         raise ConfigError(f"persist={persist!r}; expected False, True or 'rebuild'")
     if persist and cache_dir is None:
@@ -120,6 +142,8 @@ def cache_options(*, budget_bytes: Any, cache_dir: Any, persist: Any) -> CacheOp
 
 
 def shard_options(*, rank: Any, world_size: Any, uneven: Any) -> ShardOptions:
+    """Validate the sharding arguments once into a :class:`ShardOptions`: ``rank`` in
+    ``[0, world_size)``, ``uneven`` ``"drop"`` or ``"pad"``; otherwise a ConfigError naming the value."""
     check_rank(rank, world_size)
     if uneven not in ("drop", "pad"):
         raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
@@ -157,12 +181,15 @@ def seed_value(name: str, value: Any) -> int:
 
 
 def flag(name: str, value: Any) -> bool:
+    """``value`` as a bool (numpy booleans accepted); anything else is a ConfigError naming ``name``."""
     if not isinstance(value, (bool, np.bool_)):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
 
 def check_rank(rank: Any, world_size: Any) -> None:
+    """Raise ConfigError unless ``world_size`` is a positive integer and ``rank`` an integer in
+    ``[0, world_size)``."""
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:

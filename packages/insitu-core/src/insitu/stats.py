@@ -77,6 +77,7 @@ class Stats(Mapping[str, Any]):
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
+        """The counters and rates as a plain dict."""
         return asdict(self)
 
     def __getitem__(self, key: str) -> Any:
@@ -131,18 +132,22 @@ class PassReport:
 
     @property
     def samples_per_s(self) -> float:
+        """Samples delivered per second of the pass (0 for an empty pass)."""
         return self.samples / self.seconds if self.seconds else 0.0
 
     @property
     def stall_fraction(self) -> float:
+        """Fraction of the pass spent waiting for the next batch (near 0: the model sets the pace)."""
         return self.waiting_s / self.seconds if self.seconds else 0.0
 
     @property
     def mb_per_s(self) -> float:
+        """Megabytes (10**6 bytes) read from the store per second of the pass."""
         return self.engine.get("bytes_read", 0) / 1e6 / self.seconds if self.seconds else 0.0
 
     @property
     def hit_rate(self) -> float:
+        """Slab uses served by the pool without a load, as a fraction of all slab uses in the pass."""
         e = self.engine
         uses = e.get("slab_hits", 0) + e.get("slabs_loaded", 0) + e.get("slabs_streamed", 0)
         return self.engine.get("slab_hits", 0) / uses if uses else 0.0
@@ -168,6 +173,7 @@ class PassReport:
         return f", in flight {' -> '.join(map(str, shown))}" + (f" ({backoffs} backoffs)" if backoffs else "")
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as a plain dict: its fields, the engine counters and the derived rates."""
         return {
             **asdict(self),
             "engine": dict(self.engine),

@@ -61,28 +61,51 @@ class ViewHost(Protocol):
     gatherer: Gatherer
 
     @property
-    def epoch(self) -> int: ...
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def drop_last(self) -> bool: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def block_chunks(self) -> int: ...
-    @property
-    def uneven(self) -> str: ...
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def stats(self) -> Stats: ...
-    @property
-    def delivered_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]: ...
-    @property
-    def data_identity(self) -> dict[str, str]: ...
+    def epoch(self) -> int:
+        """The epoch whose order the next pass follows."""
 
-    def set_epoch(self, epoch: int) -> None: ...
-    def check_open(self) -> None: ...
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether a short last batch is dropped."""
+
+    @property
+    def seed(self) -> int:
+        """The shuffle seed."""
+
+    @property
+    def block_chunks(self) -> int:
+        """Chunks shuffled together in one block."""
+
+    @property
+    def uneven(self) -> str:
+        """How uneven ranks are evened: ``"drop"`` or ``"pad"``."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the dataset has been closed."""
+
+    @property
+    def stats(self) -> Stats:
+        """A snapshot of the dataset's live counters."""
+
+    @property
+    def delivered_arrays(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """``{label: (sample shape, dtype)}`` of what batches deliver, batch transforms included."""
+
+    @property
+    def data_identity(self) -> dict[str, str]:
+        """Digests of the store's identity and of the read arrays' metadata, recorded in resume states."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose shuffle order the views use next."""
+
+    def check_open(self) -> None:
+        """Raise if the dataset is closed or was built in another process."""
+
     def plan(
         self,
         split: str,
@@ -92,11 +115,21 @@ class ViewHost(Protocol):
         rank: int = 0,
         world_size: int = 1,
         resumed_from: tuple[Segment, ...] = (),
-    ) -> EpochPlan: ...
-    def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView: ...
-    def register(self, it: ViewIterator) -> None: ...
-    def unregister(self, it: ViewIterator) -> None: ...
-    def report_pass(self, report: PassReport) -> None: ...
+    ) -> EpochPlan:
+        """The read plan of ``split`` for ``epoch`` (default: the current one) on one rank; with
+        ``resumed_from``, of the rest that earlier segments at other world sizes left."""
+
+    def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
+        """The view of one split, optionally for one rank (the same object for the same arguments)."""
+
+    def register(self, it: ViewIterator) -> None:
+        """Track a new iterator, so that closing the dataset wakes it."""
+
+    def unregister(self, it: ViewIterator) -> None:
+        """Stop tracking an iterator that has ended or been closed."""
+
+    def report_pass(self, report: PassReport) -> None:
+        """Log one ended pass and hand it to the stats callbacks."""
 
 
 class DatasetView:
@@ -152,10 +185,12 @@ class DatasetView:
 
     @property
     def batch_size(self) -> int:
+        """Samples per batch."""
         return self.dataset.batch_size
 
     @property
     def drop_last(self) -> bool:
+        """Whether a short last batch is dropped."""
         return self.dataset.drop_last
 
     @property
@@ -211,6 +246,8 @@ class DatasetView:
         return elastic[1] if elastic is not None and elastic[0] == self.dataset.epoch else ()
 
     def plan(self) -> EpochPlan:
+        """The read plan of this view for the dataset's current epoch (the rest of it, when resumed
+        from another world size)."""
         return self.dataset.plan(
             self.split,
             self.shuffle,

@@ -43,6 +43,7 @@ def geometries_from_xarray(
 
     ``sample_dim`` defaults to the dimension leading most variables (see
     :func:`insitu.open_geometries`); a variable without it is static.
+    ``sel`` / ``isel`` select on other dimensions (see :func:`insitu.select`).
     ``cf_decode`` says, per array, whether insitu should CF-decode it (False
     where the Dataset shows the raw encoding)."""
     dataset = _as_dataset(ds)
@@ -91,7 +92,10 @@ def from_xarray(
     ``{"train": ("1979", "2015"), "val": ("2016", "2017")}`` (coordinate
     ranges on the sample dimension, see :func:`insitu.split_by_coord`) or
     chunk fractions (see :func:`insitu.split_by_chunk`); ``manifest``
-    overrides both. Other keywords go to :class:`~insitu.InSituDataset`.
+    overrides both. ``sample_dim``, ``variables``, ``sel`` and ``isel`` choose
+    the arrays as :func:`geometries_from_xarray` does (default: every data
+    variable). Other keywords (``dataset_options``) go to
+    :class:`~insitu.InSituDataset`.
     """
     from insitu.dataset import InSituDataset
 

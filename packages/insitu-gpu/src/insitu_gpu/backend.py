@@ -103,9 +103,11 @@ class HostEvent:
         self._mark = mark
 
     def query(self) -> bool:
+        """Whether the stream has run everything enqueued before this event."""
         return self._stream.completed >= self._mark
 
     def synchronize(self) -> None:
+        """Block until the stream has run everything before this event (running it here in deferred mode)."""
         self._stream.run_until(self._mark)
 
     def __repr__(self) -> str:
@@ -134,6 +136,7 @@ class HostStream:
             self._worker.start()
 
     def enqueue(self, op: Callable[[], None]) -> None:
+        """Append ``op`` to the stream; a RuntimeError once the stream is closed."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("the stream is closed")
@@ -142,11 +145,13 @@ class HostStream:
             self._cond.notify_all()
 
     def record(self) -> HostEvent:
+        """An event after everything enqueued so far."""
         with self._cond:
             return HostEvent(self, self.enqueued)
 
     def wait(self, event: Event) -> None:
         # Cross-stream ordering: the op that follows runs only once the other stream reached `event`.
+        """Later work on this stream starts after ``event`` (the host does not block)."""
         self.enqueue(event.synchronize)
 
     def run_until(self, mark: int) -> None:
@@ -169,6 +174,7 @@ class HostStream:
                 raise RuntimeError("a copy on the host stream failed") from self._error
 
     def synchronize(self) -> None:
+        """Block until everything enqueued so far has run."""
         self.run_until(self.enqueued)
 
     def _run(self, op: Callable[[], None]) -> None:
@@ -196,6 +202,7 @@ class HostStream:
                 return
 
     def close(self) -> None:
+        """Refuse further work and stop the worker thread (waiting up to 5 s for it)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -222,35 +229,44 @@ class HostBackend:
 
     @property
     def xp(self) -> Any:
+        """``numpy``: host "device" arrays are numpy arrays."""
         return np
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
+        """A host buffer of ``nbytes`` (uint8), standing in for page-locked memory."""
         return np.empty(int(nbytes), dtype=np.uint8)
 
     def device_empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """An uninitialised numpy array."""
         return np.empty(shape, dtype=dtype)
 
     def copy_stream(self) -> HostStream:
+        """A new host stream for copies, closed with the backend."""
         stream = HostStream(mode=self._mode, delay_s=self._delay_s)
         self._streams.append(stream)
         return stream
 
     def consumer_stream(self) -> HostStream:
+        """The backend's one consumer stream."""
         return self._consumer
 
     def copy_to_device(self, dst: Any, src: np.ndarray, stream: Stream) -> None:
+        """Enqueue ``dst[...] = src`` on ``stream`` (a :class:`HostStream`); returns before the copy runs."""
         if not isinstance(stream, HostStream):
             raise TypeError(f"HostBackend copies on its own streams, got {type(stream).__name__}")
         stream.enqueue(lambda: np.copyto(dst, src))
 
     def run_on(self, stream: Stream, work: Callable[[], Any]) -> Any:
+        """``work()``, run on the host once everything enqueued on ``stream`` has run."""
         stream.record().synchronize()  # the host computes now, so everything before must have run
         return work()
 
     def to_host(self, array: Any) -> np.ndarray:
+        """A numpy copy of the array."""
         return np.array(array, copy=True)
 
     def close(self) -> None:
+        """Close every copy stream the backend made."""
         for stream in self._streams:
             stream.close()
         self._streams.clear()

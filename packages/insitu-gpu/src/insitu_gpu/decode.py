@@ -35,9 +35,11 @@ class NvcompSupport:
 
     @property
     def available(self) -> bool:
+        """Whether a provider of nvCOMP decode was found."""
         return self.provider is not None
 
     def describe(self) -> str:
+        """One line for reports: the provider, or why GPU decode is not available."""
         return f"nvCOMP via {self.provider}" if self.available else f"not available ({self.reason})"
 
 

@@ -127,6 +127,8 @@ class DeviceWeights:
         self.empty = xp.asarray(empty) if empty.size else None
 
     def apply(self, xp: Any, array: Any, out_dtype: np.dtype[Any]) -> Any:
+        """Regrid ``array`` (last two axes the source grid) to the target grid as the host
+        path (sums in float64, NaN treated as the host treats it), cast to ``out_dtype``."""
         lead = tuple(array.shape[:-2])
         m = int(np.prod(lead, dtype=np.int64))
         # (n_source, m) float64, as the host path: sums in float64, one rounding at the end.
@@ -180,6 +182,7 @@ class DeviceChain:
         return list(self._kinds)
 
     def name_of(self, label: str) -> str:
+        """The array name of ``label`` (what transforms' ``labels`` filters match), from its geometry when known."""
         geom = self._geoms.get(label)
         return str(geom.name) if geom is not None else _base(label)
 
@@ -193,6 +196,8 @@ class DeviceChain:
         return self._bound[key]
 
     def __call__(self, xp: Any, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply the chain to every array of a batch on the device (``xp``: its array namespace); returns
+        a new mapping, the input is not modified."""
         out = dict(arrays)
         for i, kind in enumerate(self._kinds):
             if kind == "StandardScaler":

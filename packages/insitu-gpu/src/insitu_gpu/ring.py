@@ -73,6 +73,7 @@ class PinnedRing:
 
     @property
     def slots(self) -> int:
+        """Number of pinned slots in the ring."""
         return len(self._slots)
 
     @property

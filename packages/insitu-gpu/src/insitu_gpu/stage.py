@@ -134,6 +134,7 @@ class DeviceBuffers:
         return made
 
     def clear(self) -> None:
+        """Forget every buffer set (each is freed with its last use)."""
         self._sets.clear()
 
 

@@ -48,8 +48,8 @@ def arraylake_store(
     ``client`` is an ``arraylake.Client`` (or any object with the same
     ``get_repo(name)`` method); by default one is made from ``token`` /
     ``service_uri`` or the login that ``arraylake auth login`` stored.
-    ``branch`` / ``tag`` / ``snapshot`` and ``virtual_chunks`` are as for
-    :func:`~insitu_stores.icechunk_store`. ``virtual_chunks`` entries are
+    ``branch`` / ``tag`` / ``snapshot``, ``virtual_chunks``, ``read_only`` and
+    ``retry`` are as for :func:`~insitu_stores.icechunk_store`. ``virtual_chunks`` entries are
     Icechunk credentials for the repository's virtual chunk containers.
 
     Raises :class:`~insitu_stores.errors.StorePermissionError` when not logged

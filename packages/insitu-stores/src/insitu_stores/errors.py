@@ -123,6 +123,7 @@ class Redactor:
         return cls(secrets)
 
     def __call__(self, text: str) -> str:
+        """``text`` with URL credentials hidden and every known secret replaced."""
         return redact_text(text, self.secrets)
 
 

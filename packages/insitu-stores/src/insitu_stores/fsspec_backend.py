@@ -103,7 +103,7 @@ def fsspec_store(
     ``token="anon"``), ``endpoint`` (``endpoint_url``), ``region``,
     ``requester_pays``, and for S3 ``access_key_id`` / ``secret_access_key``
     / ``session_token`` (s3fs ``key`` / ``secret`` / ``token``). Other
-    keywords go to the filesystem unchanged, and so does
+    keywords (``fs_options``) go to the filesystem unchanged, and so does
     ``storage_options={...}`` (the fsspec / xarray spelling), key for key. An
     option set twice (the same key in ``storage_options`` and as a keyword,
     or a shared option and its fsspec spelling: ``anonymous=`` and ``anon``,
@@ -121,7 +121,9 @@ def fsspec_store(
     dataset's ``retry=``, as the one layer that retries.
 
     ``allow_http`` is accepted for parity with obstore and not needed: fsspec
-    filesystems follow the endpoint's scheme.
+    filesystems follow the endpoint's scheme. ``read_only=False`` opens the
+    store writable; read-only (the default), a missing local directory is a
+    ``FileNotFoundError``.
 
     Raises ``ImportError`` naming the package when the filesystem for the
     URL's scheme is not installed, ``ValueError`` for a malformed URL.
@@ -325,6 +327,8 @@ class FsspecLoopStore(FsspecStore):
     # zarr's FsspecStore reads ``self.fs`` everywhere: hand each loop its own instance.
     @property
     def fs(self) -> Any:
+        """The filesystem for the running event loop: async filesystems get one instance per loop (their
+        sessions are bound to it), others share the template."""
         if not getattr(self, "_loop_bound", False):
             return self._template_fs
         try:
@@ -369,6 +373,7 @@ class FsspecLoopStore(FsspecStore):
         return f"FsspecLoopStore({str(self)!r}, read_only={self.read_only})"
 
     def with_read_only(self, read_only: bool = False) -> FsspecLoopStore:
+        """A copy of this store over the same filesystem and path, read-only or not."""
         clone = FsspecStore(
             fs=self._template_fs,
             path=self.path,
@@ -388,6 +393,8 @@ class FsspecLoopStore(FsspecStore):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """The object at ``key`` (or the requested range); ``None`` when it is missing. One attempt,
+        bounded by the retry policy's timeout; failures raise insitu's store errors, secrets redacted."""
         if not self._is_open:
             await self._open()
         raw = await self._guarded(key, lambda: self._cat(key, byte_range))
@@ -413,9 +420,11 @@ class FsspecLoopStore(FsspecStore):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
+        """Several reads, concurrently, each through :meth:`get`."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` exists; failures raise insitu's store errors."""
         path = f"{self.path.rstrip('/')}/{key}" if self.path else key
         return bool(await self._guarded(key, lambda: self.fs._exists(path)))
 
@@ -496,12 +505,15 @@ class FsspecLoopStore(FsspecStore):
 
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncIterator[str]:
+        """Every key; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list())
 
     def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """The keys under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list_prefix(prefix))
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The entries directly under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list_dir(prefix))
 
     async def _guard_listing(self, listing: AsyncIterator[str]) -> AsyncIterator[str]:

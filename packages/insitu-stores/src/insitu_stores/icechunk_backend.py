@@ -76,7 +76,8 @@ def icechunk_store(
     ``url_or_repo`` is an ``icechunk://`` URL (see the module docstring), a
     plain local path, or an ``icechunk.Repository`` / ``icechunk.Storage``
     you built yourself. At most one of ``branch`` / ``tag`` / ``snapshot``;
-    the default is branch ``main``.
+    the default is branch ``main``. ``read_only`` must stay ``True`` (a
+    ``ValueError`` otherwise): write through ``repo.writable_session(branch)``.
 
     ``virtual_chunks`` authorises the repository's virtual chunk containers:
     ``{url_prefix: credentials}``, where credentials are an Icechunk
@@ -356,9 +357,12 @@ class IcechunkReadStore(Store):
     @property
     def supports_consolidated_metadata(self) -> bool:
         # Icechunk keeps its own metadata index; zarr must not look for consolidated metadata.
+        """What the wrapped Icechunk store says (Icechunk keeps its own metadata index)."""
         return bool(getattr(self.store, "supports_consolidated_metadata", False))
 
     def with_read_only(self, read_only: bool = False) -> IcechunkReadStore:
+        """This store itself for ``read_only=True``; a ValueError otherwise (write through a writable
+        session)."""
         if not read_only:
             raise ValueError("an IcechunkReadStore is read-only; write through a writable session")
         return self
@@ -367,6 +371,9 @@ class IcechunkReadStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """The object at ``key`` in the snapshot (or the requested range); ``None`` when it is missing or
+        not a key a Zarr v3 hierarchy can hold. Icechunk retries; failures raise insitu's store errors."""
+
         async def op() -> Buffer | None:
             try:
                 return await self.store.get(key, prototype, byte_range)
@@ -380,9 +387,12 @@ class IcechunkReadStore(Store):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
+        """Several reads, concurrently, each through :meth:`get`."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` exists in the snapshot (False for a key no Zarr v3 hierarchy can hold)."""
+
         async def op() -> bool:
             try:
                 return bool(await self.store.exists(key))
@@ -406,19 +416,25 @@ class IcechunkReadStore(Store):
 
     # -- writes are refused --------------------------------------------------
     async def set(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
         self._check_writable()
 
     async def delete(self, key: str) -> None:
+        """Refused: the store is read-only."""
         self._check_writable()
 
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncIterator[str]:
+        """Every key of the snapshot; failures raise insitu's store errors."""
         return self._guard_listing(lambda: self.store.list())
 
     def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """The snapshot's keys under ``prefix``, which need not name a group or array (Icechunk's own
+        listing requires one)."""
         return self._guard_listing(lambda: self.store.list_prefix(prefix), prefix)
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The entries directly under ``prefix``; failures raise insitu's store errors."""
         return self._guard_listing(lambda: self.store.list_dir(prefix))
 
     async def _guard_listing(

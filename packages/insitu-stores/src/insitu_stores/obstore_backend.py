@@ -103,6 +103,9 @@ def obstore_store(
 ) -> ObstoreStore:
     """A zarr store over ``url`` (s3, gs, az, http(s), file, memory) through obstore.
 
+    - ``read_only`` (the default): a local path must exist (else
+      ``FileNotFoundError``); ``read_only=False`` opens the store writable and
+      creates a missing local directory.
     - ``anonymous=True``: unsigned requests (public buckets).
     - ``endpoint``: an S3-compatible server or Azure/GCS emulator; an
       ``http://`` endpoint turns on ``allow_http`` unless it is given.
@@ -540,6 +543,7 @@ class ObstoreStore(ObjectStore):
         return f"ObstoreStore({self.url!r}, read_only={self.read_only})"
 
     def with_read_only(self, read_only: bool = False) -> ObstoreStore:
+        """A copy of this store over the same obstore client and options, read-only or not."""
         return ObstoreStore(
             self.store,
             read_only=read_only,
@@ -564,15 +568,19 @@ class ObstoreStore(ObjectStore):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """The object at ``key`` (or the requested range); ``None`` when it is missing. obstore retries
+        under the store's policy; failures raise insitu's store errors, secrets redacted."""
         raw = await self._guarded(key, lambda: self._fetch(key, byte_range))
         return None if raw is None else prototype.buffer.from_bytes(raw)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
+        """Several reads, concurrently, each through :meth:`get`."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` exists (one HEAD request); failures raise insitu's store errors."""
         import obstore as obs
 
         async def head() -> bool:
@@ -671,12 +679,15 @@ class ObstoreStore(ObjectStore):
 
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncGenerator[str, None]:
+        """Every key; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list())
 
     def list_prefix(self, prefix: str) -> AsyncGenerator[str, None]:
+        """The keys under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list_prefix(prefix))
 
     def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
+        """The entries directly under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
         return self._guard_listing(super().list_dir(prefix))
 
     async def _guard_listing(self, listing: AsyncIterator[str]) -> AsyncGenerator[str, None]:

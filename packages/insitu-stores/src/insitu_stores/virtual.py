@@ -61,6 +61,8 @@ def virtual_store(
     ``urls``: one file or several (``file://``, a plain path, ``s3://``,
     ``gs://``, ``az://``, ``https://``). ``format`` is ``"fits"`` or
     ``"hdf5"`` (netCDF-4 is HDF5), guessed from the file suffix when omitted.
+    ``read_only`` must stay ``True``: the store references bytes of existing
+    files (a ``ValueError`` otherwise).
 
     FITS: every image HDU with data becomes an array named after its EXTNAME
     (``PRIMARY`` for the primary HDU); ``hdus`` picks some by name or index.
@@ -309,6 +311,7 @@ class VirtualStore(Store):
     __hash__ = None  # type: ignore[assignment]
 
     def with_read_only(self, read_only: bool = False) -> VirtualStore:
+        """This store itself for ``read_only=True``; a ValueError otherwise (a virtual store is read-only)."""
         if not read_only:
             raise ValueError("a virtual store is read-only")
         return self
@@ -316,6 +319,8 @@ class VirtualStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """The object at ``key`` (or the requested range), read from the file the manifest points to;
+        ``None`` for a key outside the hierarchy. Failures raise insitu's store errors."""
         if not self._known(key):
             return None
         # The obstore stores underneath retry (under this policy); this call only translates,
@@ -339,11 +344,13 @@ class VirtualStore(Store):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
+        """Several reads, concurrently, each through :meth:`get`."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def exists(self, key: str) -> bool:
         # virtualizarr's ManifestStore has no exists(); a one-byte read answers it (metadata
         # documents are read whole: they are generated, not ranged).
+        """Whether ``key`` can be read (a one-byte read of a chunk; metadata is read whole)."""
         from zarr.abc.store import RangeByteRequest
         from zarr.buffer import default_buffer_prototype
 
@@ -353,18 +360,23 @@ class VirtualStore(Store):
         return await self.get(key, default_buffer_prototype(), request) is not None
 
     async def set(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
         self._check_writable()
 
     async def delete(self, key: str) -> None:
+        """Refused: the store is read-only."""
         self._check_writable()
 
     def list(self) -> AsyncIterator[str]:
+        """Every key of the manifest's hierarchy."""
         return self.manifest_store.list()
 
     def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """The manifest's keys under ``prefix``."""
         return self.manifest_store.list_prefix(prefix)
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The manifest's entries directly under ``prefix``."""
         return self.manifest_store.list_dir(prefix)
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:

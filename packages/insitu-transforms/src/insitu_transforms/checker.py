@@ -78,6 +78,7 @@ class TransformReport:
 
     @property
     def ok(self) -> bool:
+        """True when the check found no problem."""
         return not self.problems
 
     def to_json(self) -> str:

@@ -32,6 +32,7 @@ class Cast:
         object.__setattr__(self, "labels", _labels(labels))
 
     def __call__(self, label: str, block: np.ndarray) -> np.ndarray:
+        """``block`` as ``dtype`` (no copy when it already is); blocks of other labels pass through."""
         if self.labels is not None and label not in self.labels:
             return block
         return block.astype(self.dtype, copy=False)
@@ -67,6 +68,8 @@ class FillNaN:
         return self.value
 
     def __call__(self, label: str, block: np.ndarray) -> np.ndarray:
+        """``block`` with NaN replaced by ``value`` in a new array; a block without NaN, an integer block
+        or a block of another label is returned as it is (never modified)."""
         if self.labels is not None and label not in self.labels:
             return block
         if not np.issubdtype(block.dtype, np.inexact):

@@ -155,6 +155,8 @@ class Coarsen:
         return tuple(out), self._out_dtype(np.dtype(dtype))
 
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
+        """``block`` (sample axis first) with each coarsened axis reduced by its factor (``how``);
+        blocks of arrays it does not apply to pass through."""
         if not self.applies_to(name):
             return block
         plan = self._plan(name, block.shape[1:])

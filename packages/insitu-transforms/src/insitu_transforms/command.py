@@ -20,6 +20,8 @@ class CheckTransformCommand:
     help = "check a chunk transform on one real chunk: declared output, cost, GIL release"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add TRANSFORM, URL_OR_PATH and LABEL, and the ``--repeats``, ``--no-threads`` and ``--json``
+        options."""
         parser.add_argument("transform", metavar="TRANSFORM", help="a JSON configuration or module:attribute")
         parser.add_argument("url", metavar="URL_OR_PATH", help="the store")
         parser.add_argument("label", metavar="LABEL", help="the array to read a chunk of")
@@ -28,6 +30,7 @@ class CheckTransformCommand:
         parser.add_argument("--json", action="store_true", help="print JSON")
 
     def run(self, args: argparse.Namespace) -> int:
+        """Check the transform and print the report; exit status 1 when it finds a problem."""
         from insitu_transforms.checker import check_transform
 
         transform = load_transform(args.transform)

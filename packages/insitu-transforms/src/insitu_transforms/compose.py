@@ -56,6 +56,8 @@ class Compose:
     @overload
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray: ...
     def __call__(self, name: str | Batch, block: np.ndarray | None = None) -> np.ndarray | Batch:
+        """As a chunk transform, ``(name, block)``: the members applied in order. With one ``Batch``:
+        the members applied as batch transforms. Anything else is a ConfigError."""
         if block is None:
             if not isinstance(name, Batch):
                 raise ConfigError(
@@ -109,6 +111,7 @@ class ComposeBatch:
         self.transforms: tuple[Any, ...] = _members(transforms, "Compose.batch")
 
     def __call__(self, batch: Batch) -> Batch:
+        """The members applied to ``batch`` in order."""
         for t in self.transforms:
             batch = t(batch)
         return batch

@@ -210,6 +210,8 @@ class Crop:
         return bound
 
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
+        """The region of ``block`` (sample axis first), as a view; blocks of arrays it does not apply to
+        pass through."""
         if not self.applies_to(name):
             return block
         plan = self._plan(name, block.shape[1:])

@@ -227,6 +227,7 @@ def resolve_axes(
 
 
 def describe_keys(keys: Iterable[DimKey]) -> str:
+    """The keys as a comma-separated list of their reprs, for error messages."""
     return ",".join(repr(k) for k in keys)
 
 

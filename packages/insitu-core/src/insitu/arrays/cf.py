@@ -381,6 +381,14 @@ class CFDecode:
         return self.fingerprint().replace("insitu.cf.CFDecode/1", "CFDecode", 1)
 
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
+        """Decode one slab: unpack, mask fill and out-of-range values as NaN, cast to ``self.dtype``.
+
+        Parameters
+        ----------
+        name
+            The array path the slab belongs to (named in errors).
+        block
+            A slab in the stored dtype; it is never modified (the result is a new array)."""
         raw, missing = self._raw_and_missing(name, np.asarray(block))
         out = raw.astype(self.dtype)  # a copy always: the input is never modified
         enc = self.encoding

@@ -24,6 +24,7 @@ class ChunkChains:
     error_fills: dict[str, Any] = field(default_factory=dict)
 
     def of(self, path: str) -> tuple[ChunkTransform, ...]:
+        """The chain of the array at ``path``; empty when it has none."""
         return self.transforms.get(path, ())
 
 

@@ -361,6 +361,7 @@ class ArrayGeometry:
 
     @property
     def is_sharded(self) -> bool:
+        """Whether the array is stored in shards (inner chunks read by byte range through the shard index)."""
         return self.shard_shape is not None
 
     def describe(self) -> dict[str, Any]:

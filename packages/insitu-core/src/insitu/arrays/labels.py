@@ -22,6 +22,7 @@ class Labels:
 
     @property
     def every(self) -> tuple[ArrayGeometry, ...]:
+        """Every label, sampled first then statics."""
         return self.sampled + self.statics
 
     @property

@@ -122,6 +122,7 @@ class ArrayReader:
         return groups
 
     def shard_key(self, shard: tuple[int, ...]) -> str:
+        """The store key of the shard object at grid coordinates ``shard``."""
         return str(self.key(shard))
 
     def index_range(self) -> tuple[str, int]:
@@ -129,6 +130,8 @@ class ArrayReader:
         return ("suffix", self.index_nbytes) if self.index_at_end else ("range", self.index_nbytes)
 
     def decode_index(self, raw: Any) -> np.ndarray:
+        """The shard index decoded from its raw bytes, shaped ``(*inner_per_shard, 2)``: ``(offset, nbytes)``
+        of each inner chunk."""
         return self.index_decoder.decode(raw)
 
     def coalesced_reads(

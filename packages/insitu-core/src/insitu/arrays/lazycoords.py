@@ -52,6 +52,7 @@ class LazyCoords(Mapping[str, Any]):
 
     @property
     def ready(self) -> bool:
+        """Whether the background read has finished (reading the values will not wait)."""
         return self._pending.future.done()
 
     def _data(self) -> Mapping[str, Any]:
@@ -85,6 +86,7 @@ class LazyValues:
 
     @property
     def values(self) -> np.ndarray | None:
+        """The coordinate's values (``None`` when the dimension has none); waits for the background read."""
         return self._coords.get(self._dim)
 
 

@@ -48,6 +48,7 @@ class AxisSelection:
 
     @property
     def array(self) -> np.ndarray:
+        """The selected source indices as an ``int64`` array, in delivery order."""
         return np.asarray(self.indices, dtype=np.int64)
 
     def describe(self) -> Any:

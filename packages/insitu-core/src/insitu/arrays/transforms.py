@@ -54,14 +54,17 @@ ChunkTransform = Callable[[str, np.ndarray], np.ndarray]
 class DeclaresOutput(Protocol):
     """A chunk transform that changes shape or dtype says what it makes."""
 
-    def out_spec(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], Any]: ...
+    def out_spec(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], Any]:
+        """``(shape, dtype)`` of the output for an input slab of ``shape`` and ``dtype``."""
 
 
 @runtime_checkable
 class Fingerprinted(Protocol):
     """A transform with an explicit, process-independent identity."""
 
-    def fingerprint(self) -> str: ...
+    def fingerprint(self) -> str:
+        """A string naming the transform and its parameters, the same in every process (the persisted
+        cache's key)."""
 
 
 @dataclass(frozen=True)
@@ -73,18 +76,22 @@ class SlabSpec:
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one sample (the slab's shape without the sample axis)."""
         return self.shape[1:]
 
     @property
     def sample_nbytes(self) -> int:
+        """Bytes of one sample."""
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole slab."""
         return self.shape[0] * self.sample_nbytes
 
 
 def source_spec(geom: ArrayGeometry) -> SlabSpec:
+    """The slab one decoded chunk of ``geom`` makes before any transform."""
     return SlabSpec(geom.slab_shape, geom.dtype)
 
 
@@ -292,4 +299,5 @@ def _state_digest(state: Any, owner: Any) -> str:
 
 
 def per_array_fingerprints(transforms: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
+    """Each array's chain as a list of fingerprints (:func:`transform_fingerprint`), for cache keys."""
     return {name: [transform_fingerprint(t) for t in chain] for name, chain in transforms.items()}

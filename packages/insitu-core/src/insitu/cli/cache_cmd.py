@@ -41,6 +41,7 @@ class CacheCommand:
     help = "show, verify or clear a persisted cache directory (cache_dir with persist=True)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the ``show``, ``verify`` and ``clear`` actions, each taking the cache directory."""
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
         show = actions.add_parser("show", help="what the cache holds, its size, who holds it")
         verify = actions.add_parser(
@@ -62,6 +63,8 @@ class CacheCommand:
         clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
     def run(self, args: argparse.Namespace) -> int:
+        """Run the chosen action; exit status 1 when ``verify`` finds a problem or ``clear`` cannot
+        clear (the cache is in use)."""
         directory = _cache_dir(args.dir)
         if args.action == "show":
             report = show_cache(directory)

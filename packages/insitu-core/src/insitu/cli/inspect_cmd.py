@@ -32,6 +32,7 @@ class InspectCommand:
     help = "describe a store: arrays, chunking, codecs, coordinates, what insitu would batch"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the store arguments, ``--path``, ``--sample-dim`` and ``--json``."""
         add_store_arguments(parser)
         parser.add_argument("--path", default="", help="a group inside the store")
         parser.add_argument(
@@ -40,6 +41,7 @@ class InspectCommand:
         parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     def run(self, args: argparse.Namespace) -> int:
+        """Print the store's description (tables, or JSON with ``--json``); exit status 0."""
         store = open_store_from_args(args)
         report = inspect_store(store, path=args.path, sample_dim=args.sample_dim)
         if args.json:

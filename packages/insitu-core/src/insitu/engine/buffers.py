@@ -62,6 +62,7 @@ class BufferPool:
         return np.frombuffer(lease, dtype=dtype).reshape(shape)
 
     def give_back(self, mem: mmap.mmap) -> None:
+        """Return a buffer's mapping for reuse (kept while its size has fewer than ``max_free`` free)."""
         with self._lock:
             free = self._free.setdefault(len(mem), [])
             if len(free) < self.max_free:

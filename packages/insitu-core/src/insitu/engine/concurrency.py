@@ -152,6 +152,8 @@ class ConcurrencyController:
 
     # -- reading back ----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
+        """The current limit and cap, the lowest and highest limits chosen, the number of changes and the
+        congestion events seen: a JSON-able dict for statistics and reports."""
         limits = [c.limit for c in self.trajectory]
         return {
             "limit": self.limit,
@@ -264,9 +266,11 @@ class AdaptiveLimiter:
 
     @property
     def waiting(self) -> bool:
+        """Whether requests are queued for a slot (demand above the limit)."""
         return bool(self._waiters)
 
     async def acquire(self) -> None:
+        """Wait for a slot under the controller's current limit (first come, first served)."""
         if self.in_use < self.controller.limit and not self._waiters:
             self.in_use += 1
             return
@@ -282,6 +286,7 @@ class AdaptiveLimiter:
             raise
 
     def release(self) -> None:
+        """Give a slot back and hand free slots to waiters."""
         self.in_use -= 1
         self.wake()
 

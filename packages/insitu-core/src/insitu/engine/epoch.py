@@ -100,15 +100,19 @@ class EpochRun:
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
+        """The consumer took a batch: the producer may prepare one more (thread-safe through the loop)."""
         if self.credits is not None:
             self.credits.release()
 
     def cancel(self) -> None:
+        """Cancel the pass's task on the loop, if it is still running."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
     # -- loop side ----------------------------------------------------------
     async def main(self) -> None:
+        """Run the pass on the loop: load blocks ahead, emit batches to ``out``, then ``END`` (or the
+        exception that stopped it)."""
         loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.credits = asyncio.Semaphore(self.prefetch)

@@ -175,6 +175,7 @@ class Gatherer:
         return batch
 
     def shutdown(self, wait: bool = True) -> None:
+        """Stop the gather thread; ``wait=False`` cancels queued gathers instead of finishing them."""
         self.executor.shutdown(wait=wait, cancel_futures=not wait)
 
 

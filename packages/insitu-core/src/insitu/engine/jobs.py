@@ -32,9 +32,11 @@ class Job:
     """One unit of thread work. ``run`` executes in a worker; ``complete`` on the loop."""
 
     def run(self) -> Any:
+        """The work itself, in a worker thread; its return value (or exception) goes to :meth:`complete`."""
         raise NotImplementedError
 
     def complete(self, result: Any) -> None:
+        """Called on the loop with what :meth:`run` returned (or the exception it raised)."""
         raise NotImplementedError
 
 
@@ -75,6 +77,7 @@ class DecodeJob(Job):
     scratch: ScratchBuffers | None = None  # where streamed slabs decode (views of None)
 
     def run(self) -> list[tuple[int, list[BaseException | None], bool]]:
+        """Read (when local) and decode every item: one ``(nbytes, errors, missing)`` per item."""
         return [self._run_item(item) for item in self.items]
 
     def _run_item(self, item: ReadItem) -> tuple[int, list[BaseException | None], bool]:
@@ -153,6 +156,7 @@ class DecodeJob(Job):
         return exc
 
     def complete(self, result: Any) -> None:
+        """Pass the results to ``on_done``; a failure of the whole job becomes an error of every piece."""
         if isinstance(result, BaseException):  # the job itself failed: every piece of every item
             result = [(0, [result] * len(item.views), False) for item in self.items]
         self.on_done(self, result)
@@ -166,12 +170,14 @@ class CallJob(Job):
     on_done: Callable[[Any], None]
 
     def run(self) -> Any:
+        """Call ``fn()``; an exception is returned rather than raised, for :meth:`complete`."""
         try:
             return self.fn()
         except Exception as exc:
             return exc
 
     def complete(self, result: Any) -> None:
+        """Pass ``fn()``'s result or exception to ``on_done``."""
         self.on_done(result)
 
 
@@ -213,6 +219,7 @@ class DecodePump:
         return sum(self._busy) / self.threads
 
     def submit(self, job: Job, priority: int = 0) -> None:
+        """Queue ``job`` (lower ``priority`` first); after :meth:`close` it completes at once with an error."""
         if self.closed:
             job.complete(RuntimeError(_CLOSED))
             return

@@ -64,6 +64,7 @@ class EngineStats:
     waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
 
     def as_dict(self) -> dict[str, float]:
+        """The counters as a plain dict."""
         return asdict(self)
 
 
@@ -145,11 +146,13 @@ class Engine:
 
     # -- housekeeping --------------------------------------------------------
     def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as a task on the engine's loop, cancelled by :meth:`aclose`."""
         task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
+        """Stop taking decode work and cancel the engine's tasks, waiting until they have ended (on the loop)."""
         self.pump.close()
         for t in list(self._tasks):
             t.cancel()
@@ -170,6 +173,7 @@ class Engine:
             t.cancel()
 
     def shutdown_threads(self) -> None:
+        """Wait for the decode threads and the cache-check threads to finish their work and exit."""
         self.pump.shutdown()
         self.executor.shutdown(wait=True, cancel_futures=False)
 
@@ -210,6 +214,8 @@ class ArrayLoader:
         return None if entry.is_streamed else self.apool.view(entry.slot)
 
     def load(self, entries: Sequence[Slab], priority: int) -> None:
+        """Start loading ``entries`` (slabs of this array): reads, decode jobs at ``priority``, then
+        transforms; each entry's waiters are told when it is ready or failed."""
         if self.engine.track_sources:
             for e in entries:
                 e.sources = [] if not e.is_streamed else None

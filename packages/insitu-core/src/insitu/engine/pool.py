@@ -48,6 +48,7 @@ class BlockWaiter:
         self.remaining = remaining
 
     def slab_done(self, entry: Slab) -> None:
+        """One slab of the block finished; the first failure fails the block, the last success resolves it."""
         if self.future.done():
             return
         if entry.error is not None:
@@ -105,6 +106,7 @@ class Slab:
 
     @property
     def is_streamed(self) -> bool:
+        """Whether the slab is decoded straight into batch rows instead of a pool slot."""
         return self.dests is not None
 
     def finish(self, error: BaseException | None) -> None:
@@ -146,6 +148,7 @@ class ArrayPool:
 
     @property
     def slots_in_use(self) -> int:
+        """Slots holding (or loading) a slab."""
         return self._fresh - len(self._free)
 
     def _take_free(self) -> int | None:
@@ -158,9 +161,11 @@ class ArrayPool:
 
     @property
     def slot_nbytes(self) -> int:
+        """Bytes of one slot (one slab after chunk transforms)."""
         return self.spec.nbytes
 
     def view(self, slot: int) -> np.ndarray:
+        """The slot's memory in the arena, ``chunk_len`` samples long."""
         c = self.geom.chunk_len
         return self.arena[slot * c : (slot + 1) * c]
 
@@ -170,14 +175,18 @@ class ArrayPool:
         return min(c, self.geom.n_samples - slab * c)
 
     def get(self, slab: int) -> Slab | None:
+        """The entry of a resident or loading ``slab``; ``None`` when it is not in the pool."""
         return self.entries.get(slab)
 
     def pin(self, entry: Slab) -> None:
+        """Keep ``entry`` resident (not evictable) until a matching :meth:`unpin`."""
         entry.pins += 1
         self._spare.pop(entry.slab, None)
         entry.next_use = None
 
     def unpin(self, entry: Slab, next_use: int | None) -> None:
+        """Release one pin; once none are left, the slab becomes evictable: by LRU when ``next_use`` is
+        ``None``, else the slab needed last goes first."""
         entry.pins -= 1
         if entry.pins > 0 or self.entries.get(entry.slab) is not entry:
             return
@@ -232,6 +241,7 @@ class ArrayPool:
             self._spare[slab] = None
 
     def mark_ready(self, entry: Slab) -> None:
+        """Record a loaded slab's slot, so gathers index it."""
         self.slab_to_slot[entry.slab] = entry.slot
 
     def discard(self, entry: Slab) -> None:
@@ -304,4 +314,5 @@ class ChunkPool:
         return sum(p.slots_in_use * p.slot_nbytes for p in self.arrays.values())
 
     def note_resident(self) -> None:
+        """Update ``peak_resident_bytes`` with the bytes resident now."""
         self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)

@@ -30,6 +30,7 @@ class Destinations:
         self.rows: list[tuple[np.ndarray, int, int]] = []
 
     def add(self, array: np.ndarray, row: int, slab_row: int) -> None:
+        """Send slab row ``slab_row`` to row ``row`` of ``array``."""
         self.rows.append((array, row, slab_row))
 
     def scatter(self, slab: np.ndarray) -> None:
@@ -61,6 +62,7 @@ class ScratchBuffers:
         self._local = threading.local()
 
     def get(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """This thread's buffer of ``shape`` and ``dtype`` (contents undefined: decoded over each time)."""
         found: dict[tuple[tuple[int, ...], str], np.ndarray] | None = getattr(self._local, "buffers", None)
         if found is None:
             found = self._local.buffers = {}

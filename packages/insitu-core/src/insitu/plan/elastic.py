@@ -3,7 +3,7 @@
 An epoch's order is a pure function of (seed, epoch, split) and its sharding
 of (world size, rank), so the samples the old ranks handed out follow from
 their batch counts alone. An epoch interrupted at world size W1 and resumed
-at W2 is a list of :class:`Segment`\\ s, one per stretch at one world size.
+at W2 is a list of segments (:class:`Segment`), one per stretch at one world size.
 What the segments left undelivered is re-sharded for the next one:
 
 - the remaining samples are taken unit (chunk) after unit in the epoch's
@@ -53,6 +53,7 @@ class Segment:
     batches_done: tuple[int, ...]  # one per rank, rank 0 first
 
     def to_json(self) -> dict[str, object]:
+        """The segment as a JSON-able dict (how resume states store it)."""
         return {"world_size": self.world_size, "batches_done": list(self.batches_done)}
 
 

@@ -71,6 +71,7 @@ class EpochOrder:
 
     @property
     def n_blocks(self) -> int:
+        """Number of blocks the epoch is cut into."""
         return len(self.chunk_starts) - 1
 
     @property
@@ -79,6 +80,7 @@ class EpochOrder:
         return Ragged(self.chunk_ids, self.chunk_starts)
 
     def block_anchors(self, b: int) -> np.ndarray:
+        """The anchors (sample indices) of block ``b``, in delivery order."""
         return self.anchors[self.block_starts[b] : self.block_starts[b + 1]]
 
 
@@ -397,6 +399,8 @@ class EpochUnits:
         return np.add.reduceat(self._sizes, self._unit_start)[self.perm]
 
     def rank_limit(self, world_size: int, uneven: str) -> int | None:
+        """Samples every rank delivers at ``world_size``: the shortest rank's count (``uneven="drop"``) or
+        the longest's (``"pad"``); ``None`` on one rank."""
         return _rank_limit(self.sizes_in_order, self.n_units, world_size, uneven)
 
     def samples_in_order(self) -> np.ndarray:
@@ -502,8 +506,10 @@ def _rank_limit(
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique`` for 1-D integers: a sort and a compare. (numpy 2.4's ``unique`` took 10 s
-    for ten million values on the reference machine, and imports ``numpy.ma`` on first use.)"""
+    """The sorted distinct values of a 1-D integer array: ``np.unique`` as a sort and a compare.
+
+    numpy 2.4's ``unique`` took 10 s for ten million values on the reference machine, and imports
+    ``numpy.ma`` on first use."""
     s = np.sort(values)
     if len(s) < 2:
         return s

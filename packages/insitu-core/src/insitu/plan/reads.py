@@ -47,9 +47,11 @@ class ArrayNeeds:
 
     @property
     def n_blocks(self) -> int:
+        """Number of blocks."""
         return len(self.starts) - 1
 
     def block(self, b: int) -> BlockNeeds:
+        """The slabs block ``b`` needs (each once) and, for each, the next block needing it (-1: none)."""
         lo, hi = int(self.starts[b]), int(self.starts[b + 1])
         nxt = self.next_use[lo:hi] if self.next_use is not None else np.full(hi - lo, -1, dtype=np.int64)
         return BlockNeeds(self.slabs[lo:hi], nxt)
@@ -107,6 +109,9 @@ class _BlockNeedsSequence(Sequence[Mapping[str, BlockNeeds]]):
 
 @dataclass(frozen=True, eq=False)
 class EpochPlan:
+    """One epoch's read plan for a view: the order, the batches cut from it, and the slabs every block
+    needs of every pooled array."""
+
     order: EpochOrder
     batch_size: int
     n_batches: int
@@ -118,9 +123,12 @@ class EpochPlan:
         return _BlockNeedsSequence(self.arrays, self.order.n_blocks)
 
     def block_needs(self, b: int) -> dict[str, BlockNeeds]:
+        """``{array path: BlockNeeds}`` of block ``b``."""
         return {path: needs.block(b) for path, needs in self.arrays.items()}
 
     def batch_bounds(self, k: int) -> tuple[int, int]:
+        """``[lo, hi)``: the positions in the epoch order that batch ``k`` delivers (the last batch may be
+        short)."""
         lo = k * self.batch_size
         return lo, min(lo + self.batch_size, len(self.order.anchors))
 

@@ -110,6 +110,7 @@ class SplitManifest:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The split names, in the manifest's order."""
         return tuple(self.splits)
 
     def chunks(self, split: str) -> tuple[int, ...]:
@@ -304,7 +305,8 @@ def split_by_chunk(
     neighbouring chunks (train first); otherwise chunks are dealt at random
     from ``seed``. Chunk counts are rounded by largest remainder; a split with
     fraction 0 exists and is empty, and a positive fraction that would get no
-    chunk is an error.
+    chunk is an error. ``names`` name the splits, one per fraction (default
+    ``train``, ``val``, ``test``; required for more than three).
     """
     if not isinstance(geom, ArrayGeometry):
         raise ConfigError(f"split_by_chunk splits an ArrayGeometry, got {type(geom).__name__}: {geom!r}")

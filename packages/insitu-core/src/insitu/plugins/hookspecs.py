@@ -37,37 +37,46 @@ class RegisterStore(Protocol):
 
     def __call__(
         self, name: str, builder: Callable[..., Any], /, *, schemes: Iterable[str] = (), default: bool = False
-    ) -> None: ...
+    ) -> None:
+        """Register ``builder(url, **options)`` under ``name`` for the URL ``schemes`` it serves;
+        ``default=True`` makes it win when two builders serve one scheme."""
 
 
 class RegisterDecoder(Protocol):
     """``register(name, factory)`` of :func:`insitu_register_decoders`."""
 
-    def __call__(self, name: str, factory: Callable[..., Any], /) -> None: ...
+    def __call__(self, name: str, factory: Callable[..., Any], /) -> None:
+        """Register ``factory`` under ``name``: ``factory(geometry)`` returns a chunk decoder for that
+        array, or ``None`` when it cannot handle the array's codecs."""
 
 
 class RegisterTransform(Protocol):
     """``register(name, obj)`` of :func:`insitu_register_transforms`."""
 
-    def __call__(self, name: str, obj: Any, /) -> None: ...
+    def __call__(self, name: str, obj: Any, /) -> None:
+        """Register a named chunk or batch transform (a class or a factory)."""
 
 
 class RegisterAdapter(Protocol):
     """``register(name, obj)`` of :func:`insitu_register_adapters`."""
 
-    def __call__(self, name: str, obj: Callable[..., Any], /) -> None: ...
+    def __call__(self, name: str, obj: Callable[..., Any], /) -> None:
+        """Register a framework adapter callable (such as ``as_torch`` or ``to_jax``) under ``name``."""
 
 
 class RegisterDevice(Protocol):
     """``register(name, factory)`` of :func:`insitu_register_devices`."""
 
-    def __call__(self, name: str, factory: Callable[..., Any], /) -> None: ...
+    def __call__(self, name: str, factory: Callable[..., Any], /) -> None:
+        """Register a device buffer / device transform ``factory`` under ``name``."""
 
 
 class RegisterCommand(Protocol):
     """``register(name, command)`` of :func:`insitu_register_commands`."""
 
-    def __call__(self, name: str, command: Any, /) -> None: ...
+    def __call__(self, name: str, command: Any, /) -> None:
+        """Register a subcommand of the ``insitu`` command line under ``name``.
+        Call the registered object (importing its module on first use)."""
 
 
 #: Untyped form of every hook's callback, kept for plugins written before the typed ones.

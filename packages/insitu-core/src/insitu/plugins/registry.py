@@ -71,6 +71,7 @@ class LazyObject:
         return getattr(importlib.import_module(self.module), self.__name__)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the registered object (importing its module on first use)."""
         return self.insitu_target(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -47,7 +47,8 @@ class ByteRangeReads(Protocol):
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None: ...
+    ) -> Buffer | None:
+        """The object at ``key`` (or the requested range of it); ``None`` when the key is missing."""
 
 
 @runtime_checkable
@@ -60,7 +61,8 @@ class RawReads(Protocol):
 
     async def insitu_get(
         self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
-    ) -> Any: ...
+    ) -> Any:
+        """The bytes of ``key`` (a range, a suffix or the whole object); ``None`` when the key is missing."""
 
 
 @runtime_checkable
@@ -71,7 +73,8 @@ class MultiRangeReads(Protocol):
     the key is missing. The result must equal one range read per range.
     """
 
-    async def insitu_get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Any] | None: ...
+    async def insitu_get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Any] | None:
+        """One buffer per ``[start, end)`` range of ``key``, in order; ``None`` when the key is missing."""
 
 
 @runtime_checkable
@@ -84,7 +87,8 @@ class IdentifiedStore(Protocol):
     versions. A plain string attribute of that name is accepted too.
     """
 
-    def insitu_identity(self) -> str: ...
+    def insitu_identity(self) -> str:
+        """The stable name of the bytes this store serves (location, and version when known)."""
 
 
 @runtime_checkable
@@ -96,7 +100,8 @@ class VersionedObjects(Protocol):
     object storage), so it is for checks on a few objects, not per chunk read.
     """
 
-    async def insitu_object_version(self, key: str) -> str | None: ...
+    async def insitu_object_version(self, key: str) -> str | None:
+        """A string that changes when the bytes at ``key`` change; ``None`` when the key is missing."""
 
 
 @runtime_checkable
@@ -109,7 +114,8 @@ class RetriesItself(Protocol):
     """
 
     @property
-    def insitu_retry_policy(self) -> RetryPolicy: ...
+    def insitu_retry_policy(self) -> RetryPolicy:
+        """The policy under which the store retries transient failures itself."""
 
 
 @runtime_checkable
@@ -117,7 +123,14 @@ class ReportsRetries(Protocol):
     """A store that counts the retries it made (all callers together, since it was built)."""
 
     @property
-    def insitu_retries(self) -> int: ...
+    def insitu_retries(self) -> int:
+        """Retries the store has made since it was built, all callers together.
+        Whether the caller runs on the engine's event-loop thread (where blocking on the loop would
+        deadlock).
+        Whether ``key`` names chunk data rather than metadata (``zarr.json``, ``.zarray`` and the like).
+        zarr's read of ``key``, made through the engine's fetcher: retried, counted in ``bytes_read``,
+        and, while a slab's sources are being recorded, its object version or checksum noted.
+        Several reads, one after another, each through :meth:`get`."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def in_loop_thread() -> bool:
+    """Whether the caller runs on the engine's event-loop thread (where blocking on the loop would
+    deadlock)."""
     return _thread is not None and threading.current_thread() is _thread
 
 

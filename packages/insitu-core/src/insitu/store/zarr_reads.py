@@ -28,6 +28,7 @@ SLAB_SOURCES: contextvars.ContextVar[list[tuple[str, tuple[int, int] | None, str
 
 
 def is_chunk_key(key: str) -> bool:
+    """Whether ``key`` names chunk data rather than metadata (``zarr.json``, ``.zarray`` and the like)."""
     name = key.rsplit("/", 1)[-1]
     return not (name == "zarr.json" or name.startswith(".z"))
 
@@ -46,6 +47,8 @@ class FetchingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """zarr's read of ``key``, made through the engine's fetcher: retried, counted in ``bytes_read``,
+        and, while a slab's sources are being recorded, its object version or checksum noted."""
         fetcher = self._fetcher
         sources = SLAB_SOURCES.get()
         tracked = sources is not None and is_chunk_key(key)
@@ -64,4 +67,5 @@ class FetchingStore(WrapperStore[Store]):
         return buf
 
     async def get_partial_values(self, prototype: BufferPrototype, key_ranges: Any) -> list[Buffer | None]:
+        """Several reads, one after another, each through :meth:`get`."""
         return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]

@@ -104,21 +104,26 @@ class AdapterConformance:
         return expected, got
 
     def test_one_output_per_batch(self) -> None:
+        """The adapter yields exactly one output per batch it is given."""
         expected, got = self._roundtrip()
         assert len(got) == len(expected), f"{len(got)} outputs for {len(expected)} batches"
 
     def test_labels_survive(self) -> None:
+        """Every output holds exactly the labels of its batch."""
         expected, got = self._roundtrip()
         for want, have in zip(expected, got, strict=False):
             assert set(have) == set(want), f"labels {sorted(have)} instead of {sorted(want)}"
 
     def test_values_survive_in_order(self) -> None:
+        """Every output's values equal its batch's, in batch order (converted only once all outputs exist,
+        so an adapter reusing one buffer across batches fails)."""
         expected, got = self._roundtrip()
         for index, (want, have) in enumerate(zip(expected, got, strict=False)):
             for label, values in want.items():
                 np.testing.assert_array_equal(have[label], values, err_msg=f"batch {index}, label {label!r}")
 
     def test_dtypes_preserved(self) -> None:
+        """Every label keeps its dtype through the adapter."""
         expected, got = self._roundtrip()
         for want, have in zip(expected, got, strict=False):
             for label, values in want.items():

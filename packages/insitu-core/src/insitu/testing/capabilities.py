@@ -63,6 +63,8 @@ class CapabilityChecks:
         return False
 
     def test_raw_reads_match_store_reads(self) -> None:
+        """A store with raw reads (``insitu_get``) returns the same bytes as a plain read, for the whole
+        object, a byte range and a suffix, and ``None`` for a missing key."""
         subject = self.capability_subject()
         store = subject.store
         if not isinstance(store, RawReads):
@@ -75,6 +77,8 @@ class CapabilityChecks:
         assert _aio.run(store.insitu_get(subject.missing_key)) is None, "insitu_get of a missing key"
 
     def test_multi_range_reads_match_single_ranges(self) -> None:
+        """A store with multi-range reads (``insitu_get_ranges``) returns one part per range, in order,
+        equal to the single-range reads, and ``None`` for a missing key."""
         subject = self.capability_subject()
         store = subject.store
         if not isinstance(store, MultiRangeReads):
@@ -87,6 +91,8 @@ class CapabilityChecks:
         assert _aio.run(store.insitu_get_ranges(subject.missing_key, ranges)) is None, "a missing key"
 
     def test_identity_is_stable_and_tells_data_apart(self) -> None:
+        """A declared identity is a non-empty string, the same across calls and across two opens of the
+        same data, and differs for other data (when :meth:`other_read_store` gives some)."""
         store = self.capability_subject().store
         if not isinstance(store, IdentifiedStore):
             pytest.skip("the store declares no identity (insitu_identity)")
@@ -100,6 +106,8 @@ class CapabilityChecks:
             assert store_identity(other) != ident, "a store over other data has the same identity"
 
     def test_object_versions_follow_the_bytes(self) -> None:
+        """Object versions are non-empty strings, stable across calls, ``None`` for a missing key, and
+        change when the bytes do (when :meth:`rewrite` can rewrite them)."""
         subject = self.capability_subject()
         store = subject.store
         if not capabilities_of(store).object_versions:
@@ -114,6 +122,8 @@ class CapabilityChecks:
             assert changed != version, "the version did not change when the bytes did"
 
     def test_a_store_that_retries_reports_its_policy(self) -> None:
+        """A store that retries by itself exposes a ``RetryPolicy``, and a non-negative retry count when it
+        reports one."""
         store = self.capability_subject().store
         if not isinstance(store, RetriesItself):
             pytest.skip("the store does not retry by itself; the engine retries it")

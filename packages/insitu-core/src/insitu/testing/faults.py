@@ -481,6 +481,8 @@ class FaultInjectingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """A GET with the plan's faults for this key and attempt injected: a delay, a stall, a transient
+        error, a permanent 403 or missing key, rewritten or damaged bytes; otherwise the wrapped read."""
         plan = self.plan
         state = self._state
         with state.lock:
@@ -524,6 +526,7 @@ class FaultInjectingStore(WrapperStore[Store]):
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
+        """Several reads, each through :meth:`get` (so each gets its faults)."""
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def _get_many(
@@ -534,17 +537,21 @@ class FaultInjectingStore(WrapperStore[Store]):
             yield key, await self.get(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
+        """Whether ``key`` exists; a key the plan makes missing does not."""
         if self.plan.permanent_fault(key) == "missing":
             return False
         return await self._store.exists(key)
 
     def list(self) -> AsyncIterator[str]:
+        """Every key of the wrapped store except the plan's missing keys."""
         return self._without_missing(self._store.list(), "")
 
     def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """The wrapped store's keys under ``prefix``, except the plan's missing keys."""
         return self._without_missing(self._store.list_prefix(prefix), "")
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The wrapped store's entries directly under ``prefix``, except the plan's missing keys."""
         base = f"{prefix.rstrip('/')}/" if prefix.strip("/") else ""
         return self._without_missing(self._store.list_dir(prefix), base)
 

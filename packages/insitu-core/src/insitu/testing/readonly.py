@@ -44,6 +44,7 @@ class ReadOnlyStoreConformance(CapabilityChecks):
         raise NotImplementedError("ReadOnlyStoreConformance subclasses implement expected()")
 
     def capability_subject(self) -> Subject:
+        """The first chunk of the first expected array, and a key past its chunk grid."""
         store = self.open_store()
         path = next(iter(self.expected()))
         arr = zarr.open_array(store, path=path, mode="r")
@@ -54,9 +55,11 @@ class ReadOnlyStoreConformance(CapabilityChecks):
         return Subject(store, key, data, encode(tuple(n + 7 for n in arr.shape)))
 
     def reopened_store(self) -> Store:
+        """The store opened again with :meth:`open_store`."""
         return self.open_store()
 
     def test_reads_expected_arrays(self) -> None:
+        """zarr reads every expected array through the store, with the expected values."""
         store = self.open_store()
         for path, values in self.expected().items():
             np.testing.assert_array_equal(
@@ -64,6 +67,7 @@ class ReadOnlyStoreConformance(CapabilityChecks):
             )
 
     def test_engine_reads_every_sample_once(self) -> None:
+        """The insitu engine itself, over this store: each sample once, values equal the expected ones."""
         import insitu
 
         store = self.open_store()
@@ -79,6 +83,7 @@ class ReadOnlyStoreConformance(CapabilityChecks):
             assert sorted(seen) == list(range(values.shape[0])), f"{path}: samples"
 
     def test_absent_keys_return_none(self) -> None:
+        """Keys past the chunk grid read as ``None``, whole or by range."""
         store = self.open_store()
         for path in self.expected():
             arr = zarr.open_array(store, path=path, mode="r")
@@ -89,6 +94,7 @@ class ReadOnlyStoreConformance(CapabilityChecks):
             assert _get(store, beyond, RangeByteRequest(0, 4)) is None, beyond
 
     def test_byte_ranges_match_the_whole_chunk(self) -> None:
+        """Range, offset and suffix requests of the first chunk equal the slices of the whole chunk."""
         store = self.open_store()
         for path in self.expected():
             arr = zarr.open_array(store, path=path, mode="r")

@@ -31,6 +31,7 @@ class RecordingStore(WrapperStore[Any]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        """Record ``(key, byte_range)``, then read through the wrapped store."""
         with self._lock:
             self.reads.append((key, byte_range))
         return await self._store.get(key, prototype, byte_range)

@@ -101,6 +101,7 @@ class StoreConformance(CapabilityChecks):
         return Subject(ref.store, array.present_key, data, missing)
 
     def reopened_store(self) -> Store:
+        """The plugin's store opened again over the reference's target."""
         return self.open_read_store(self.reference.target)
 
     def rewrite(self, key: str, data: bytes) -> bool:
@@ -109,6 +110,7 @@ class StoreConformance(CapabilityChecks):
         return True
 
     def test_reads_reference_arrays(self) -> None:
+        """zarr reads every reference array through the store, with the reference's shape, dtype and values."""
         ref = self.reference
         for array in ref.arrays:
             got = zarr.open_array(store=ref.store, path=array.path, mode="r", zarr_format=array.zarr_format)
@@ -136,6 +138,7 @@ class StoreConformance(CapabilityChecks):
             assert sorted(seen) == list(range(array.expected.shape[0])), f"{array.path}: samples"
 
     def test_reads_region_across_missing_chunk(self) -> None:
+        """A region spanning chunks never written reads equal to the reference (the fill value there)."""
         ref = self.reference
         for array in ref.arrays:
             got = zarr.open_array(store=ref.store, path=array.path, mode="r", zarr_format=array.zarr_format)
@@ -143,6 +146,7 @@ class StoreConformance(CapabilityChecks):
             np.testing.assert_array_equal(got[region], array.expected[region], err_msg=array.path)
 
     def test_reads_attributes(self) -> None:
+        """Group and array attributes read back as written."""
         ref = self.reference
         for array in ref.arrays:
             group = zarr.open_group(store=ref.store, path=array.path.split("/")[0], mode="r")
@@ -150,6 +154,7 @@ class StoreConformance(CapabilityChecks):
             assert dict(group[array.path.split("/")[1]].attrs) == array.attributes
 
     def test_missing_keys_return_none(self) -> None:
+        """Missing keys read as ``None`` (whole or by range) and do not exist."""
         ref = self.reference
         keys = [k for a in ref.arrays for k in a.missing_keys] + ["v3/no-such-array/zarr.json", "nope"]
         for key in keys:
@@ -158,6 +163,7 @@ class StoreConformance(CapabilityChecks):
             assert not _aio.run(ref.store.exists(key)), f"exists({key!r}) of a missing key"
 
     def test_present_keys_match_target(self) -> None:
+        """Present chunk and metadata keys exist and serve the bytes the target holds."""
         ref = self.reference
         for array in ref.arrays:
             for key in (
@@ -168,6 +174,8 @@ class StoreConformance(CapabilityChecks):
                 assert _get(ref.store, key) == _get(ref.target, key), f"bytes of {key!r}"
 
     def test_byte_range_requests(self) -> None:
+        """Every kind of byte-range request (range, offset, suffix, up to the whole object) returns the
+        matching slice of the target's bytes."""
         ref = self.reference
         for array in ref.arrays:
             key = array.present_key
@@ -188,6 +196,7 @@ class StoreConformance(CapabilityChecks):
                 assert _get(ref.store, key, request) == want, f"{request} of {key!r}"
 
     def test_concurrent_gets(self) -> None:
+        """Many concurrent GETs of the same keys all return the target's bytes."""
         ref = self.reference
         keys = [a.present_key for a in ref.arrays] * 8
         prototype = default_buffer_prototype()
@@ -199,6 +208,7 @@ class StoreConformance(CapabilityChecks):
         assert _aio.run(fetch_all()) == [_get(ref.target, k) for k in keys]
 
     def test_lists_keys(self) -> None:
+        """A store that supports listing lists the target's keys by prefix, by directory and in full."""
         ref = self.reference
         if not ref.store.supports_listing:
             pytest.skip("the store does not support listing")

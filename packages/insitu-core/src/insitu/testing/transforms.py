@@ -67,6 +67,7 @@ class TransformConformance:
         return np.asarray(transform(self.label, block))
 
     def test_deterministic(self) -> None:
+        """Equal transforms, and one transform called twice, give equal outputs."""
         block = self.sample_block()
         first = self.apply(self.make_transform(), block.copy())
         np.testing.assert_array_equal(self.apply(self.make_transform(), block.copy()), first)
@@ -76,6 +77,7 @@ class TransformConformance:
         )
 
     def test_output_dtype_and_shape(self) -> None:
+        """The output has the declared dtype and shape."""
         block = self.sample_block()
         out = self.apply(self.make_transform(), block.copy())
         assert out.dtype == self.expected_dtype(block), f"output dtype {out.dtype}"
@@ -83,12 +85,14 @@ class TransformConformance:
 
     def test_leaves_input_unchanged(self) -> None:
         # Blocks come from the shared chunk pool; writing into one corrupts the cache.
+        """The input block is not modified (blocks are views of the shared chunk pool)."""
         block = self.sample_block()
         before = block.copy()
         self.apply(self.make_transform(), block)
         np.testing.assert_array_equal(block, before, err_msg="the transform modified its input block")
 
     def test_fingerprint_is_a_stable_string(self) -> None:
+        """``fingerprint()`` is a non-empty string, unchanged by a call, and equal for equal transforms."""
         transform = self.make_transform()
         fingerprint = transform.fingerprint()
         assert isinstance(fingerprint, str), f"fingerprint() returned {type(fingerprint).__name__}"
@@ -99,9 +103,11 @@ class TransformConformance:
         assert self.make_transform().fingerprint() == fingerprint, "equal transforms differ in fingerprint"
 
     def test_fingerprint_changes_with_parameters(self) -> None:
+        """Different parameters give a different fingerprint."""
         assert self.make_other_transform().fingerprint() != self.make_transform().fingerprint()
 
     def test_picklable(self) -> None:
+        """A pickled and unpickled transform keeps its fingerprint and its outputs."""
         transform = self.make_transform()
         clone = pickle.loads(pickle.dumps(transform))
         assert clone.fingerprint() == transform.fingerprint()
@@ -110,6 +116,7 @@ class TransformConformance:
 
     def test_fingerprint_stable_across_processes(self) -> None:
         # Catches fingerprints built from id() or str hashes, which change per process.
+        """The fingerprint is the same in a fresh process with another hash seed."""
         transform = self.make_transform()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)

@@ -132,10 +132,12 @@ class Regrid:
 
     @property
     def target(self) -> Grid:
+        """The grid the transform interpolates onto."""
         return self._target
 
     @property
     def method(self) -> str:
+        """The interpolation method (``"bilinear"``, ``"nearest"`` or ``"conservative"``)."""
         return self._method
 
     @property

@@ -45,6 +45,7 @@ class BenchCommand:
     help = "measure a short run on a store and sweep max_inflight x block_chunks x decode_threads"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the store arguments and the sweep's options (time budget, grid, repeats, output file)."""
         add_store_arguments(parser)
         parser.add_argument("--path", default="", help="a group inside the store")
         parser.add_argument(
@@ -97,6 +98,8 @@ class BenchCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        """Measure, sweep and print the report (saved to ``--out``); exit status 1 when no setting
+        could be recommended."""
         config = config_from_args(args)
         report = bench(args, config, progress=_stderr)
         out = Path(args.out)

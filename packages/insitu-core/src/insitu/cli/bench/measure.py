@@ -48,6 +48,7 @@ class PeakRss:
 
     @property
     def growth(self) -> int | None:
+        """Bytes the resident set grew by at its peak; ``None`` where it cannot be sampled."""
         return None if self._thread is None else max(0, self.peak - self.floor)
 
 

@@ -32,6 +32,7 @@ def report_json(report: Mapping[str, Any]) -> str:
 
 
 def setting_text(setting: Mapping[str, int]) -> str:
+    """A setting as ``max_inflight=.. block_chunks=.. decode_threads=..``."""
     return " ".join(f"{k}={setting[k]}" for k in AXES)
 
 

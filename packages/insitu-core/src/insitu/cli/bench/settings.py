@@ -13,6 +13,10 @@ AXES = ("max_inflight", "block_chunks", "decode_threads")
 
 @dataclass(frozen=True)
 class Config:
+    """The validated options of one ``insitu bench`` run: the time budget (s), batch size, rounds over
+    the grid, simulated training step per batch (s), shuffle seed, pool budget in bytes (``None``:
+    the engine's) and the dials given with ``--grid``."""
+
     seconds: float
     batch_size: int
     repeats: int
