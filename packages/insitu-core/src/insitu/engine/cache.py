@@ -293,7 +293,6 @@ class PersistentCache:
             self.counts["stale"] += len(good) - len(fresh)
             self.counts["verified"] += len(fresh)
             apool.adopt({s: int(good[s]["slot"]) for s in fresh})
-        pool.note_resident()
         # From here this run owns the arenas: until close() rewrites the index, a crash
         # leaves an empty cache rather than an index pointing at overwritten slots.
         self.index_path.unlink(missing_ok=True)
