@@ -43,7 +43,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec, transform_fingerprint
 from insitu.engine.diskspace import disk_full, is_no_space, reserve, write_all
 from insitu.engine.pool import READY, ChunkPool
-from insitu.errors import CacheInUseError, ConfigError, StaleCacheError
+from insitu.errors import CacheDiskFullError, CacheInUseError, ConfigError, StaleCacheError
 from insitu.options import CacheOptions
 from insitu.store.capabilities import store_identity
 
@@ -120,7 +120,7 @@ class PersistentCache:
             # Nothing half-built keeps the lock (a retry with persist="rebuild" in the ``except``
             # block must find the directory free) or this run's scratch arenas.
             self._abandon()
-            if is_no_space(exc):
+            if is_no_space(exc) and not isinstance(exc, CacheDiskFullError):  # the lock file, say
                 needed = sum(_arena_nbytes(g, specs[p], slots[p]) for p, g in arrays.items())
                 raise disk_full(self.dir, "opening the cache (lock and arena files)", needed, exc) from exc
             raise
@@ -348,8 +348,12 @@ class PersistentCache:
                 tmp.unlink()
             if not is_no_space(exc):
                 raise
-            kept = "kept" if self.index_path.exists() else "none: the next run starts with an empty cache"
-            what = f"the cache index was not saved (the previous index is {kept})"
+            kept = (
+                "the previous index is kept"
+                if self.index_path.exists()
+                else "this run had taken the previous one over, so the next run starts with an empty cache"
+            )
+            what = f"the cache index was not saved ({kept})"
             raise disk_full(self.dir, what, len(data), exc) from exc
         _fsync_dir(self.dir)
 
