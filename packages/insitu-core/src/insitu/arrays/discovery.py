@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import zarr
@@ -453,7 +453,7 @@ async def _read_coordinates(
     return coords, attrs
 
 
-def _can_be_node(dim: Any) -> bool:
+def _can_be_node(dim: Any) -> TypeGuard[str]:
     """True when a dimension name can also name a coordinate array: ``..``, ``a/b`` or a non-string
     cannot (looking one up would be a path outside the group), so such a dimension has none."""
     return isinstance(dim, str) and dim not in ("", ".", "..") and "/" not in dim and "\\" not in dim

@@ -120,7 +120,7 @@ class PersistentCache:
             # Nothing half-built keeps the lock (a retry with persist="rebuild" in the ``except``
             # block must find the directory free) or this run's scratch arenas.
             self._abandon()
-            if is_no_space(exc) and not isinstance(exc, CacheDiskFullError):  # the lock file, say
+            if isinstance(exc, OSError) and is_no_space(exc) and not isinstance(exc, CacheDiskFullError):
                 needed = sum(_arena_nbytes(g, specs[p], slots[p]) for p, g in arrays.items())
                 raise disk_full(self.dir, "opening the cache (lock and arena files)", needed, exc) from exc
             raise
