@@ -35,6 +35,16 @@ exactly as that rank would plan it).
     python bench/scale.py --chunks 100000 1000000 --epoch-max 1000000
     python bench/scale.py --chunks 10000000 --world 1024 --resume-from 1280 --rank last
 
+``--arrays`` measures the other way a store grows: a group of many small arrays
+(10 to 5,000, each ``(64, 4)`` float32 in chunks of 8 samples, metadata only),
+every array read into each batch: ``open_s`` (``open_store`` +
+``open_geometries``), ``construct_s``, ``first_batch_s``. Per-load bookkeeping
+must not grow with the number of arrays, so the first batch stays within
+seconds at 5,000 arrays (it took ~200 s when each load summed every array's
+memory).
+
+    python bench/scale.py --arrays 10 100 1000 5000
+
 Run it with insitu-core installed (``.nox/tests-core-3-11/bin/python``); results
 go to ``bench/results/scale.json`` unless ``--out`` says otherwise.
 """
@@ -123,6 +133,79 @@ def measure(root: str, world: int, rank: int, epoch: bool, resume_from: int = 0)
     return out
 
 
+def measure_arrays(root: str) -> dict[str, Any]:
+    """One many-arrays measurement, in this (fresh) process: open, construct, first batch."""
+    import insitu
+
+    clock = time.perf_counter
+    t0 = clock()
+    store = insitu.open_store(root)
+    geoms = insitu.open_geometries(store)
+    t1 = clock()
+    manifest = insitu.split_by_chunk(next(iter(geoms.values())), (1.0,))
+    ds = insitu.InSituDataset(store, manifest, list(geoms.values()), batch_size=8)
+    t2 = clock()
+    batch = next(iter(ds.train))
+    t3 = clock()
+    ds.close()
+    return {
+        "arrays": len(geoms),
+        "open_s": t1 - t0,
+        "construct_s": t2 - t1,
+        "first_batch_s": t3 - t2,
+        "batch_fields": len(batch),
+    }
+
+
+def make_group(work: Path, n_arrays: int) -> str:
+    """A zarr v3 group of ``n_arrays`` arrays ``v0000..``, metadata written by hand (no chunks:
+    reads find them absent and fill), so building 5,000 takes a second rather than a minute."""
+    root = work / f"arrays-{n_arrays}.zarr"
+    if (root / f"v{n_arrays - 1:04d}" / "zarr.json").exists():
+        return str(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
+    meta = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": [64, 4],
+        "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "dimension_names": ["time", "x"],
+        "attributes": {},
+    }
+    for i in range(n_arrays):
+        (root / f"v{i:04d}").mkdir(exist_ok=True)
+        (root / f"v{i:04d}" / "zarr.json").write_text(json.dumps(meta))
+    return str(root)
+
+
+def run_arrays(args: argparse.Namespace) -> None:
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(f"{'arrays':>7} {'open s':>7} {'constr s':>8} {'1st batch s':>11}")
+    for n in args.arrays:
+        root = make_group(args.work, n)
+        cmd = [sys.executable, __file__, "--one-arrays", root]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(f"{n:>7} failed: {done.stderr.strip()[-400:]}")
+            continue
+        row = json.loads(done.stdout.splitlines()[-1])
+        rows.append(row)
+        print(f"{n:>7} {row['open_s']:>7.2f} {row['construct_s']:>8.2f} {row['first_batch_s']:>11.3f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    (args.out / "scale-arrays.json").write_text(json.dumps(record, indent=1))
+
+
 def make_store(work: Path, n: int) -> str:
     import zarr
 
@@ -148,9 +231,19 @@ def main() -> None:
         "--resume-from", type=int, default=0, metavar="W1", help="plan an elastic resume from world size W1"
     )
     ap.add_argument(
+        "--arrays", type=int, nargs="+", help="measure groups of this many arrays instead (e.g. 10 5000)"
+    )
+    ap.add_argument(
         "--one", nargs=5, metavar=("ROOT", "WORLD", "RANK", "EPOCH", "FROM"), help=argparse.SUPPRESS
     )
+    ap.add_argument("--one-arrays", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_arrays:
+        print(json.dumps(measure_arrays(args.one_arrays)))
+        return
+    if args.arrays:
+        run_arrays(args)
+        return
     if args.one:
         root, world, rank, epoch, resume_from = args.one
         print(json.dumps(measure(root, int(world), int(rank), epoch == "1", int(resume_from))))

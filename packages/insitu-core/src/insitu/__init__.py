@@ -18,10 +18,12 @@ from insitu.batch import Batch
 from insitu.dataset import DatasetView, InSituDataset
 from insitu.errors import (
     BadChunkError,
+    CacheDiskFullError,
     CacheInUseError,
     ConfigError,
     DatasetClosedError,
     InSituError,
+    MetadataError,
     StaleCacheError,
 )
 from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
@@ -40,6 +42,7 @@ __all__ = [
     "BadChunkError",
     "Batch",
     "BatchedView",
+    "CacheDiskFullError",
     "CacheInUseError",
     "ConfigError",
     "DatasetClosedError",
@@ -47,6 +50,7 @@ __all__ = [
     "Geometries",
     "InSituDataset",
     "InSituError",
+    "MetadataError",
     "RetryPolicy",
     "SplitManifest",
     "StaleCacheError",

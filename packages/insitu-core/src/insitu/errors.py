@@ -34,3 +34,16 @@ class CacheInUseError(InSituError):
 
 class DatasetClosedError(InSituError, RuntimeError):
     """The dataset was closed; its views can no longer be iterated."""
+
+
+class MetadataError(ConfigError):
+    """An array's stored metadata is impossible or past what insitu can plan (a size that is zero,
+    negative, or beyond a limit): the message names the array, the value and the limit. Default
+    discovery skips such an array with a warning; naming it in ``variables=`` raises this."""
+
+
+class CacheDiskFullError(InSituError, OSError):
+    """The disk under ``cache_dir`` has no room for the persisted cache's arenas or index.
+
+    An ``OSError`` with ``errno`` ENOSPC (or EDQUOT); the message names the directory and the
+    bytes needed."""

@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import zarr
@@ -16,7 +16,7 @@ from zarr.abc.store import Store
 
 from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.arrays.lazycoords import LazyCoords
-from insitu.errors import ConfigError
+from insitu.errors import ConfigError, MetadataError
 from insitu.store.loop import run_sync, submit
 from insitu.store.opener import redact_urls
 
@@ -104,19 +104,20 @@ def open_geometries(
         _check_sample_axis(sample_axis)
     if not isinstance(path, str):
         raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
-    chosen = _open_arrays_sync(store, path, wanted, sample_axis)
+    broken: dict[str, str] = {}  # arrays default discovery could not describe, and why
+    chosen = _open_arrays_sync(store, path, wanted, sample_axis, broken)
     dims = {name: _dimension_names(arr, arr.metadata.to_dict()) for name, arr in chosen.items()}
-    skipped: dict[str, str] = {}
+    skipped: dict[str, str] = dict(broken)
     if not explicit:
         chosen = _data_variables(chosen, dims, skipped)
     by_default = sample_axis is None
     # Coordinates are read in the background (two round trips on object storage); whatever needs
     # their values waits for them: a selection by value, a date split, batch.coords.
-    all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if d})
+    all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if _can_be_node(d)})
     coords, coord_attrs = LazyCoords.pair(submit(_read_coordinates(store, path, all_dims)))
     if sample_axis is None:
         sample_axis = _default_sample_axis({n: dims[n] for n in chosen}, coords)
-    out = _geometries(chosen, sample_axis, explicit, include_static, skipped, variables)
+    out = _geometries(chosen, sample_axis, explicit, include_static, skipped, variables, broken)
     for name, geom in out.items():
         out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
     out.sample_dim = sample_axis if isinstance(sample_axis, str) else None
@@ -135,10 +136,12 @@ def _open_arrays_sync(
     path: str,
     wanted: list[str] | None,
     sample_axis: SampleAxis | Mapping[str, SampleAxis] | None,
+    broken: dict[str, str],
 ) -> dict[str, zarr.Array]:
-    """The arrays of the group (``wanted``, or every one), checked against a ``sample_axis`` mapping."""
+    """The arrays of the group (``wanted``, or every one), checked against a ``sample_axis`` mapping;
+    members whose metadata zarr cannot read go to ``broken``, with why."""
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
-    opened = run_sync(_open_arrays(store, path, wanted))
+    opened = run_sync(_open_arrays(store, path, wanted, broken))
     chosen = {name: zarr.Array(a) for name, a in opened.items()}
     if isinstance(sample_axis, Mapping):
         unknown = sorted(set(sample_axis) - set(chosen))
@@ -166,13 +169,20 @@ def _geometries(
     include_static: bool,
     skipped: dict[str, str],
     variables: Iterable[str] | None,
+    broken: dict[str, str],
 ) -> Geometries:
-    """One geometry per chosen array along ``sample_axis`` (those left out recorded in ``skipped``)."""
+    """One geometry per chosen array along ``sample_axis`` (those left out recorded in ``skipped``;
+    those whose metadata is impossible or unreadable, in ``broken`` too, each logged at WARNING)."""
     out = Geometries()
     for name, arr in chosen.items():
         axis_spec: SampleAxis = sample_axis.get(name, 0) if isinstance(sample_axis, Mapping) else sample_axis
         try:
             geom = _geometry_or_none(arr, name, axis_spec, explicit, include_static, skipped)
+        except MetadataError as exc:
+            if explicit:
+                raise
+            broken[name] = skipped[name] = f"impossible metadata: {exc}"
+            continue
         except ConfigError as exc:
             if explicit:
                 raise
@@ -180,6 +190,8 @@ def _geometries(
             raise ConfigError(f"{exc}; name the arrays to read with variables=[...]") from None
         if geom is not None:
             out[name] = geom
+    for name, why in broken.items():  # said even when other arrays are read: data left out
+        logger.warning("open_geometries: skipped array %r: %s", name, why)
     if not out:
         raise ConfigError(
             f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
@@ -241,7 +253,9 @@ def _check_sample_axis(sample_axis: Any) -> None:
             raise ConfigError(f"sample_axis must be an axis number or a dimension name{where}, got {spec!r}")
 
 
-async def _open_arrays(store: Store, path: str, wanted: list[str] | None) -> dict[str, Any]:
+async def _open_arrays(
+    store: Store, path: str, wanted: list[str] | None, broken: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The arrays to describe, by name, opened with as few sequential metadata reads as possible.
 
     Named variables are opened directly and concurrently (one round trip,
@@ -257,16 +271,21 @@ async def _open_arrays(store: Store, path: str, wanted: list[str] | None) -> dic
         )
         if not any(isinstance(a, BaseException) for a in opened):
             return dict(zip(wanted, opened, strict=True))
+        for v, a in zip(wanted, opened, strict=True):
+            if isinstance(a, BaseException) and not isinstance(a, _NOT_FOUND):
+                raise MetadataError(f"array {prefix + v!r} has metadata zarr cannot read: {a}") from a
         members = await _members(store, path)
         missing = [v for v in wanted if v not in members]
         if missing:
             raise ConfigError(f"unknown variable(s) {missing}; the store has {sorted(members)}")
         return {v: members[v] for v in wanted}
-    return await _members(store, path)
+    return await _members(store, path, broken)
 
 
-async def _members(store: Store, path: str) -> dict[str, Any]:
-    """Every array at ``path``: the group's members (name order), or the array itself."""
+async def _members(store: Store, path: str, broken: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every array at ``path``: the group's members (name order), or the array itself. Members
+    whose metadata zarr cannot read are left out, each with why in ``broken``."""
+    broken = {} if broken is None else broken
     try:
         group = await zarr_async.open_group(store=store, path=path, mode="r")
     except _NOT_A_GROUP as exc:
@@ -277,9 +296,33 @@ async def _members(store: Store, path: str) -> dict[str, Any]:
             shown = redact_urls(message)  # a store built elsewhere may show its URL's password
             raise ConfigError(shown) from (exc if shown == message else None)
         return {arr.basename or "data": arr}
+    try:
+        found = [item async for item in group.arrays()]
+    except _NOT_FOUND:
+        raise
+    except Exception:  # one member's metadata is broken: open them one by one
+        found = await _members_one_by_one(store, path, broken)
     # Sorted: listing order differs between stores and even between processes, and label
     # order is part of a dataset's identity (resume state, batch key order).
-    return dict(sorted([item async for item in group.arrays()], key=lambda item: item[0]))
+    return dict(sorted(found, key=lambda item: item[0]))
+
+
+async def _members_one_by_one(store: Store, path: str, broken: dict[str, str]) -> list[tuple[str, Any]]:
+    """The arrays at ``path`` that open, each on its own; the others go to ``broken`` with zarr's
+    reason (subgroups and other non-arrays are left out silently, as the group listing does)."""
+    prefix = f"{path.rstrip('/')}/" if path else ""
+    names = sorted({n async for n in store.list_dir(prefix)} - {"zarr.json", ".zgroup", ".zattrs", ".zarray"})
+    opened = await asyncio.gather(
+        *(zarr_async.open_array(store=store, path=prefix + n, mode="r") for n in names),
+        return_exceptions=True,
+    )
+    found = []
+    for name, a in zip(names, opened, strict=True):
+        if not isinstance(a, BaseException):
+            found.append((name, a))
+        elif not isinstance(a, (*_NOT_A_GROUP, zarr.errors.ContainsGroupError)):
+            broken[name] = f"its metadata cannot be read: {a}"
+    return found
 
 
 def _data_variables(
@@ -408,6 +451,12 @@ async def _read_coordinates(
     coords = {f[0]: f[1] for f in found if f is not None}
     attrs = {f[0]: f[2] for f in found if f is not None}
     return coords, attrs
+
+
+def _can_be_node(dim: Any) -> TypeGuard[str]:
+    """True when a dimension name can also name a coordinate array: ``..``, ``a/b`` or a non-string
+    cannot (looking one up would be a path outside the group), so such a dimension has none."""
+    return isinstance(dim, str) and dim not in ("", ".", "..") and "/" not in dim and "\\" not in dim
 
 
 def _dimension_names(arr: zarr.Array, meta: Mapping[str, Any]) -> tuple[str | None, ...] | None:

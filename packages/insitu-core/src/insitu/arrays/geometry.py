@@ -18,10 +18,18 @@ from typing import Any, Literal
 import numpy as np
 
 from insitu.arrays.selection import AxisSelection
-from insitu.errors import ConfigError
+from insitu.errors import ConfigError, MetadataError
 
 #: Largest shift either way: far beyond any sample count, and keeps numpy's int64 index arithmetic exact.
 MAX_OFFSET = 2**62
+#: Most chunks along the sample axis: planning keeps ~45 bytes per chunk there (order, plan, slot
+#: map), so 2**31 is ~100 GB before a sample is read; past it no host plans the array.
+MAX_SLABS = 2**31
+#: Most stored chunks in one slab (one chunk index along the sample axis): a slab is loaded as a
+#: unit, with bookkeeping per chunk; a million chunks per slab is already minutes per sample.
+MAX_CHUNKS_PER_SLAB = 2**20
+#: Largest array numpy can index: its size in bytes must fit an int64.
+MAX_BYTES = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,39 @@ class ArrayGeometry:
             raise ConfigError(
                 f"{what} has empty samples: axis {self.shape.index(0)} has length 0 (shape {self.shape})"
             )
+        self._check_limits(what)
         if not is_integer(self.offset) or abs(self.offset) > MAX_OFFSET:
             raise ConfigError(
                 f"offset must be an integer number of samples within 2**62 either way, "
                 f"got {self.offset!r} ({what})"
             )
         object.__setattr__(self, "offset", int(self.offset))
+
+    def _check_limits(self, what: str) -> None:
+        """Sizes past what can be planned or indexed: refused here, naming the value and the limit,
+        rather than as a numpy MemoryError or overflow later (hostile or broken metadata)."""
+        nbytes = math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        if nbytes > MAX_BYTES:
+            raise MetadataError(
+                f"{what} holds {nbytes:,} bytes (shape {self.shape}, {self.dtype}), past the largest "
+                f"array numpy can index ({MAX_BYTES:,} bytes, 2**63-1)"
+            )
+        per_axis = [-(-n // c) for n, c in zip(self.shape, self.chunk_shape, strict=True)]
+        if not self.static:
+            slabs = per_axis[self.sample_axis]
+            if slabs > MAX_SLABS:
+                raise MetadataError(
+                    f"{what} has {slabs:,} chunks along its sample axis ({self._axis_name()}: "
+                    f"{self.shape[self.sample_axis]:,} samples in chunks of {self.chunk_shape[self.sample_axis]:,}); "
+                    f"at most {MAX_SLABS:,} (2**31) can be planned"
+                )
+            per_axis[self.sample_axis] = 1
+        per_slab = math.prod(per_axis)
+        if per_slab > MAX_CHUNKS_PER_SLAB:
+            raise MetadataError(
+                f"{what} has {per_slab:,} chunks per sample chunk (shape {self.shape}, chunks "
+                f"{self.chunk_shape}); at most {MAX_CHUNKS_PER_SLAB:,} (2**20) are read as one unit"
+            )
 
     @property
     def sample_dim(self) -> str | None:
@@ -427,7 +462,7 @@ def _sizes(what: str, name: str, values: Any, *, smallest: int) -> tuple[int, ..
         sizes = None
     if sizes is None or not all(is_integer(v) and v >= smallest for v in sizes):
         kind = "non-negative" if smallest == 0 else "positive"
-        raise ConfigError(f"{what}: {name} must be a sequence of {kind} integers, got {values!r}")
+        raise MetadataError(f"{what}: {name} must be a sequence of {kind} integers, got {values!r}")
     return tuple(int(v) for v in sizes)
 
 

@@ -3,6 +3,7 @@ checked, split into sample-bearing labels and static fields."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,7 +49,7 @@ def resolve_labels(
     least one label with the sample dimension."""
     geoms = _given(store, geometries, sample_axis)
     labels = [g.label for g in geoms]
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    dupes = sorted(x for x, n in Counter(labels).items() if n > 1)
     if dupes:
         raise ConfigError(f"duplicate label(s) {dupes}; shift one of them or drop the duplicate")
     _check_one_reading_per_array(geoms)

@@ -34,8 +34,10 @@ naming the transforms and the array.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import math
 import pickle
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -79,10 +81,11 @@ class SlabSpec:
         """The shape of one sample (the slab's shape without the sample axis)."""
         return self.shape[1:]
 
-    @property
+    @functools.cached_property
     def sample_nbytes(self) -> int:
         """Bytes of one sample."""
-        return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+        # Cached: read on every slab load, and np.prod costs microseconds (seconds at 5,000 arrays).
+        return math.prod(self.sample_shape) * self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:

@@ -85,19 +85,15 @@ class CacheCommand:
 
 
 def _cache_dir(text: str) -> Path:
+    """The directory named, resolved as a dataset resolves its ``cache_dir`` (a link to a directory
+    is that directory; the files inside are still never followed)."""
     path = Path(text)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no cache directory at {path}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise ValueError(
-            f"{path} is a symbolic link; insitu does not follow links to cache directories "
-            "(pass the directory it points to)"
-        )
-    if not stat.S_ISDIR(st.st_mode):
+    if not path.exists() and not path.is_symlink():
+        raise FileNotFoundError(f"no cache directory at {path}")
+    resolved = path.resolve()
+    if not resolved.is_dir():
         raise ValueError(f"{path} is not a directory")
-    return path
+    return resolved
 
 
 def _emit(report: Mapping[str, Any], as_json: bool, render: Any) -> None:

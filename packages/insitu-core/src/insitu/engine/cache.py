@@ -24,6 +24,7 @@ live, so a crash leaves an empty cache, never a wrong one.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -40,8 +41,9 @@ from zarr.abc.store import Store
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec, transform_fingerprint
+from insitu.engine.diskspace import disk_full, is_no_space, reserve, write_all
 from insitu.engine.pool import READY, ChunkPool
-from insitu.errors import CacheInUseError, StaleCacheError
+from insitu.errors import CacheDiskFullError, CacheInUseError, ConfigError, StaleCacheError
 from insitu.options import CacheOptions
 from insitu.store.capabilities import store_identity
 
@@ -101,16 +103,37 @@ class PersistentCache:
         transforms: Mapping[str, Sequence[Any]],
     ) -> None:
         assert options.cache_dir is not None
-        self.dir = options.cache_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.dir.is_symlink() or not self.dir.is_dir():
-            raise StaleCacheError(f"cache_dir {self.dir} must be a directory, not a link or a file")
+        # The directory is resolved once, so ``~/cache -> /scratch/cache`` works; the files inside
+        # are still opened without following links (a planted link must not redirect writes).
+        self.dir = _cache_directory(options.cache_dir)
         self.persist = options.persist
         self.rebuild = options.rebuild
         self.index_path = self.dir / INDEX
         self.specs = dict(specs)
         self.counts = {"verified": 0, "stale": 0, "corrupt": 0}  # slabs checked on reuse, by outcome
-        self._lock_fd: int | None = self._lock() if self.persist else None
+        self._lock_fd: int | None = None
+        self.files: dict[str, Path] = {}
+        self.arenas: dict[str, np.ndarray] = {}
+        try:
+            self._open(store, arrays, specs, slots, transforms)
+        except BaseException as exc:
+            # Nothing half-built keeps the lock (a retry with persist="rebuild" in the ``except``
+            # block must find the directory free) or this run's scratch arenas.
+            self._abandon()
+            if isinstance(exc, OSError) and is_no_space(exc) and not isinstance(exc, CacheDiskFullError):
+                needed = sum(_arena_nbytes(g, specs[p], slots[p]) for p, g in arrays.items())
+                raise disk_full(self.dir, "opening the cache (lock and arena files)", needed, exc) from exc
+            raise
+
+    def _open(
+        self,
+        store: Store,
+        arrays: Mapping[str, ArrayGeometry],
+        specs: Mapping[str, SlabSpec],
+        slots: Mapping[str, int],
+        transforms: Mapping[str, Sequence[Any]],
+    ) -> None:
+        self._lock_fd = self._lock() if self.persist else None
         self.fingerprints: dict[str, dict[str, str]] = {}
         self.metadata: dict[str, str] = {}  # digest of each array's Zarr metadata, for offline checks
         if self.persist:
@@ -125,7 +148,16 @@ class PersistentCache:
         if self.persist:
             self._adopt = self._read_index()
         self.files = {p: self.dir / self._file_name(p) for p in arrays}
-        self.arenas = {p: self._map(self.files[p], g, specs[p], slots[p]) for p, g in arrays.items()}
+        for p, g in arrays.items():
+            self.arenas[p] = self._map(self.files[p], g, specs[p], slots[p])
+
+    def _abandon(self) -> None:
+        """Undo a failed construction: drop the lock, and this run's scratch arena files."""
+        self.release()
+        self.arenas.clear()
+        if not self.persist:
+            for f in self.files.values():
+                f.unlink(missing_ok=True)
 
     # -- the directory lock ------------------------------------------------------------------------
     def _lock(self) -> int:
@@ -204,15 +236,26 @@ class PersistentCache:
         if path is None:
             self.index_path.unlink(missing_ok=True)
 
-    @staticmethod
-    def _map(path: Path, g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> np.ndarray:
+    def _map(self, path: Path, g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> np.ndarray:
         shape = (n_slots * g.chunk_len, *spec.sample_shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * spec.dtype.itemsize
+        nbytes = _arena_nbytes(g, spec, n_slots)
         fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
         with os.fdopen(fd, "r+b") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise StaleCacheError(f"cache file {path} is not a regular file")
             os.ftruncate(fd, nbytes)  # keeps existing slots when the budget is unchanged or grew
+            try:
+                reserve(fd, nbytes)  # blocks allocated now: no SIGBUS for want of space later
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+                os.ftruncate(fd, min(st.st_size, nbytes))  # give the space back, keep earlier slots
+                if st.st_size == 0:
+                    path.unlink(missing_ok=True)  # made just now: nothing of an earlier run in it
+                needed = nbytes - st.st_blocks * 512
+                what = f"the arena of array {g.path or g.name!r} ({nbytes:,} bytes) does not fit"
+                raise disk_full(self.dir, what, max(needed, 0), exc) from exc
             return np.memmap(f, dtype=spec.dtype, mode="r+", shape=shape)
 
     # -- reuse -------------------------------------------------------------------------------------
@@ -250,7 +293,6 @@ class PersistentCache:
             self.counts["stale"] += len(good) - len(fresh)
             self.counts["verified"] += len(fresh)
             apool.adopt({s: int(good[s]["slot"]) for s in fresh})
-        pool.note_resident()
         # From here this run owns the arenas: until close() rewrites the index, a crash
         # leaves an empty cache rather than an index pointing at overwritten slots.
         self.index_path.unlink(missing_ok=True)
@@ -288,15 +330,54 @@ class PersistentCache:
                 "metadata": self.metadata[path],
             }
         data = json.dumps({"format": FORMAT, "arrays": arrays}).encode()
+        self._write_index(data)
+
+    def _write_index(self, data: bytes) -> None:
+        """Replace the index with ``data`` whole, or leave the directory's index as it was."""
         tmp = self.dir / f"{INDEX}.{os.getpid()}.tmp"
-        fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.index_path)
+            fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.index_path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if not is_no_space(exc):
+                raise
+            kept = (
+                "the previous index is kept"
+                if self.index_path.exists()
+                else "this run had taken the previous one over, so the next run starts with an empty cache"
+            )
+            what = f"the cache index was not saved ({kept})"
+            raise disk_full(self.dir, what, len(data), exc) from exc
         _fsync_dir(self.dir)
+
+
+def _cache_directory(given: Path) -> Path:
+    """``cache_dir`` made (when missing) and resolved to the directory it names, links included."""
+    try:
+        given.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # a file there: said below
+    except OSError as exc:
+        if is_no_space(exc):
+            raise disk_full(given, "creating the directory", None, exc) from exc
+        raise
+    resolved = given.resolve()
+    if not resolved.is_dir():
+        raise ConfigError(
+            f"cache_dir {given} is not a directory" + (f" ({resolved})" if resolved != given else "")
+        )
+    return resolved
+
+
+def _arena_nbytes(g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> int:
+    return n_slots * g.chunk_len * int(np.prod(spec.sample_shape, dtype=np.int64)) * spec.dtype.itemsize
 
 
 def _open_nofollow(path: Path, flags: int) -> int:
@@ -464,8 +545,15 @@ def hold_lock(directory: Path, holder: str, *, advice: str = "") -> int:
         raise CacheInUseError(
             f"the persisted cache in {directory} is in use by {current}" + (f"; {advice}" if advice else "")
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, holder.encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        # Who holds it, for the next process's message; a disk too full for these few bytes is
+        # not worth opening a cache on (the arenas need far more), so the error goes up.
+        if os.pwrite(fd, holder.encode(), 0) != len(holder.encode()):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

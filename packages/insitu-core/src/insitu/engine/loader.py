@@ -124,7 +124,6 @@ class Engine:
 
         ``priority``: lower decodes first (the epoch passes the block number, so the block the
         consumer waits for is not queued behind read-ahead blocks whose bytes arrived with it)."""
-        self.pool.note_resident()
         self.loaders[path].load(entries, priority)
 
     @property
