@@ -23,6 +23,8 @@ from insitu.errors import (
     DatasetClosedError,
     InSituError,
     StaleCacheError,
+    StoreTimeoutError,
+    StoreUnavailableError,
 )
 from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.sources import BatchedView
@@ -50,6 +52,8 @@ __all__ = [
     "RetryPolicy",
     "SplitManifest",
     "StaleCacheError",
+    "StoreTimeoutError",
+    "StoreUnavailableError",
     "__version__",
     "from_xarray",
     "geometries_from_xarray",

@@ -441,8 +441,10 @@ class InSituDataset:
         self._stats_callbacks.remove(callback)
 
     def report_pass(self, report: PassReport) -> None:
-        """Log one ended pass at INFO (``insitu.epoch``) and hand it to the stats callbacks."""
-        stats_logger.info("%s", report.line())
+        """Log one ended pass at INFO (``insitu.epoch``; WARNING when it met bad chunks) and hand it
+        to the stats callbacks."""
+        level = logging.WARNING if report.engine.get("bad_chunks", 0) else logging.INFO
+        stats_logger.log(level, "%s", report.line())
         for callback in list(self._stats_callbacks):
             try:
                 callback(report)

@@ -12,6 +12,12 @@ Two coroutines on the engine loop cooperate:
 
 A block's pins are released once its last batch is gathered; a slab the epoch
 needs again later stays cached with that next use as its eviction priority.
+
+A failure of either coroutine ends the pass and is handed to the consumer.
+With ``on_bad_chunk="skip"`` the samples of bad chunks leave their batch: a
+batch left empty is never delivered, nor, with ``drop_last``, one left short
+(the training step sees full batches only); the first bad chunk of a pass is
+logged at WARNING.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import queue
 from typing import Any
 
@@ -32,6 +39,8 @@ from insitu.engine.scatter import Destinations
 from insitu.plan.reads import EpochPlan
 
 END = object()
+
+logger = logging.getLogger("insitu.epoch")
 
 
 class EpochRun:
@@ -48,6 +57,7 @@ class EpochRun:
         prefetch: int,
         readahead_blocks: int,
         skip_bad: bool,
+        drop_short: bool = False,
         start_batch: int = 0,
     ) -> None:
         self.engine = engine
@@ -58,6 +68,9 @@ class EpochRun:
         self.prefetch = prefetch
         self.readahead = readahead_blocks
         self.skip_bad = skip_bad
+        self.drop_short = drop_short  # drop_last: a batch that skipping left short is dropped too
+        self._bad_before = engine.stats.bad_chunks
+        self._warned = False
         self.out: queue.Queue[Any] = queue.Queue()
         self.credits: asyncio.Semaphore | None = None
         self.task: asyncio.Task[Any] | None = None
@@ -98,16 +111,24 @@ class EpochRun:
         self.task = asyncio.current_task()
         self.credits = asyncio.Semaphore(self.prefetch)
         producer = loop.create_task(self._produce())
+        emitter = loop.create_task(self._emit())
         try:
-            await self._emit()
+            # Either coroutine may fail (a batch buffer that cannot be mapped, a plan step that
+            # raises): the emitter would otherwise wait forever for blocks a dead producer never
+            # starts. The first failure ends the pass and reaches the consumer.
+            await asyncio.wait((producer, emitter), return_when=asyncio.FIRST_EXCEPTION)
+            for task in (producer, emitter):
+                if task.done():
+                    task.result()  # re-raises the failure
             self.out.put(END)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self.out.put(exc)
         finally:
-            producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
+            for task in (producer, emitter):
+                task.cancel()
+            await asyncio.gather(producer, emitter, return_exceptions=True)
             for b in list(self._pinned):
                 self._release_block(b)
 
@@ -248,22 +269,37 @@ class EpochRun:
                     await waiter.future
                 ready_upto += 1
             where = self._rows(lo, hi)
-            gather = functools.partial(
-                self.gatherer.gather,
-                where,
-                split=self.split,
-                epoch=self.epoch,
-                index=k,
-                buffers=self._buffers.pop(k, None),
-            )
-            batch = await loop.run_in_executor(self.gatherer.executor, gather)
-            self.engine.stats.batches += 1
-            self.engine.stats.samples += batch.size
-            self.out.put(batch)
+            if not self._warned and self.engine.stats.bad_chunks > self._bad_before:
+                self._warn_bad(k)
+            buffers = self._buffers.pop(k, None)
+            if where.skipped and (where.skipped == hi - lo or self.drop_short):
+                self.engine.stats.dropped_batches += 1  # nothing (or too little) left to deliver
+                self.credits.release()
+            else:
+                gather = functools.partial(
+                    self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k, buffers=buffers
+                )
+                batch = await loop.run_in_executor(self.gatherer.executor, gather)
+                self.engine.stats.batches += 1
+                self.engine.stats.samples += batch.size
+                self.out.put(batch)
             done_upto = plan.block_of(hi) if hi < n_anchors else plan.order.n_blocks
             while released < done_upto:
                 self._release_block(released)
                 released += 1
+
+    def _warn_bad(self, k: int) -> None:
+        self._warned = True
+        what = "their samples are skipped" if self.skip_bad else "their samples are filled (NaN or fill value)"
+        logger.warning(
+            "%s epoch %d: bad chunks found by batch %d (%d so far, see dataset.stats); %s "
+            "(on_bad_chunk); a summary follows when the pass ends",
+            self.split,
+            self.epoch,
+            k,
+            self.engine.stats.bad_chunks - self._bad_before,
+            what,
+        )
 
     def _set_emitting(self, block: int) -> None:
         self._emitting = block

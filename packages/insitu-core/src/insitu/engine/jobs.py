@@ -61,7 +61,8 @@ class ReadItem:
 class DecodeJob(Job):
     """Read (local files) and decode several reads' pieces into their slab slots.
 
-    ``on_done(job, results)`` gets one ``(nbytes, errors, missing)`` per item,
+    ``on_done(job, results)`` gets one ``(nbytes, errors, missing)`` per item (or the exception
+    that failed the job as a whole),
     where ``errors[i]`` is None or the exception of piece ``i`` and
     ``missing`` says the object was absent (fill value written).
     """
@@ -153,8 +154,8 @@ class DecodeJob(Job):
         return exc
 
     def complete(self, result: Any) -> None:
-        if isinstance(result, BaseException):  # the job itself failed: every piece of every item
-            result = [(0, [result] * len(item.views), False) for item in self.items]
+        # A list of per-item results, or the exception that failed the job itself (a scatter, a
+        # closed pump): that is no damaged chunk, and ``on_done`` passes it to every waiter.
         self.on_done(self, result)
 
 
