@@ -60,6 +60,6 @@ class StoreTimeoutError(StoreUnavailableError, TimeoutError):
     def __init__(
         self, store: str, key: str | None, limit_s: float | None, reason: str = "", *, array: str | None = None
     ) -> None:
-        limit = f"no answer within {limit_s:g} s per attempt" if limit_s is not None else "timed out"
-        super().__init__(store, key, f"{limit}{'; ' + reason if reason else ''}", array=array)
+        limit = f"no answer within {limit_s:g} s" if limit_s is not None else "timed out"
+        super().__init__(store, key, f"{limit}{' ' + reason if reason else ''}", array=array)
         self.limit_s = limit_s

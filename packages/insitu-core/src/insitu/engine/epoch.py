@@ -27,11 +27,13 @@ import contextlib
 import functools
 import logging
 import queue
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.batch import Batch
 from insitu.engine.gather import BatchRows, Gatherer
 from insitu.engine.loader import Engine
 from insitu.engine.pool import FAILED, READY, BlockWaiter, Slab
@@ -279,7 +281,7 @@ class EpochRun:
                 gather = functools.partial(
                     self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k, buffers=buffers
                 )
-                batch = await loop.run_in_executor(self.gatherer.executor, gather)
+                batch = await self._on_gather_thread(gather)
                 self.engine.stats.batches += 1
                 self.engine.stats.samples += batch.size
                 self.out.put(batch)
@@ -287,6 +289,16 @@ class EpochRun:
             while released < done_upto:
                 self._release_block(released)
                 released += 1
+
+    async def _on_gather_thread(self, gather: Callable[[], Batch]) -> Batch:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.gatherer.executor, gather)
+        except RuntimeError:
+            # The executor refuses new work: concurrent.futures shuts every executor down when the
+            # interpreter starts exiting, before it waits for the user's non-daemon threads, so one
+            # still iterating finishes its pass with its batches gathered here. (A dataset closed
+            # by the user cancels this run as well; gathering one more batch first is harmless.)
+            return gather()
 
     def _warn_bad(self, k: int) -> None:
         self._warned = True

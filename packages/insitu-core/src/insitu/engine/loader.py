@@ -68,6 +68,9 @@ class EngineStats:
         return asdict(self)
 
 
+_RUNNING: set[asyncio.Task[Any]] = set()  # every engine's live tasks (see Engine.spawn)
+
+
 class Engine:
     """The shared part of loading: store fetcher and request budget, decode threads, counters."""
 
@@ -149,6 +152,12 @@ class Engine:
         task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # Held from the module too, until it ends: otherwise an idle fetch worker is only in a cycle
+        # with its engine, and the garbage collector destroys it pending ("Task was destroyed but
+        # it is pending!" at ERROR) in the same pass that runs the dataset's finaliser, before the
+        # cancellation that finaliser schedules can run.
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
 
     async def aclose(self) -> None:
         self.pump.close()

@@ -88,14 +88,22 @@ class ChunkFetcher:
             return error
         reason = str(error) or type(error).__name__
         if isinstance(error, TimeoutError):
-            limit = self.policy.timeout_s
+            policy = self.policy
+            tries = f"per attempt, {policy.attempts} attempt{'s' if policy.attempts > 1 else ''}"
+            detail = tries if reason == "TimeoutError" else f"{tries}: {reason}"
             out: StoreUnavailableError = StoreTimeoutError(
-                self.store_name, key, limit, "" if reason == "TimeoutError" else reason, array=array
+                self.store_name, key, policy.timeout_s, detail, array=array
             )
         else:
             out = StoreUnavailableError(self.store_name, key, f"{type(error).__name__}: {reason}", array=array)
         out.__cause__ = error
         return out
+
+    @property
+    def store_timeouts(self) -> int | None:
+        """Requests of a store that retries by itself which timed out, when it counts them."""
+        count = getattr(self.store, "insitu_timeouts", None)
+        return count if isinstance(count, int) else None
 
     @property
     def store_retries(self) -> int | None:
