@@ -51,9 +51,9 @@ from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
+from insitu.store.capabilities import RetriesItself
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.store.opener import open_store
-from insitu.store.capabilities import RetriesItself
 from insitu.store.retry import RetryPolicy
 from insitu.views import DatasetView, ViewIterator
 

@@ -58,7 +58,13 @@ class StoreTimeoutError(StoreUnavailableError, TimeoutError):
     """A store request ran past its time limit (``limit_s``), after the retry policy."""
 
     def __init__(
-        self, store: str, key: str | None, limit_s: float | None, reason: str = "", *, array: str | None = None
+        self,
+        store: str,
+        key: str | None,
+        limit_s: float | None,
+        reason: str = "",
+        *,
+        array: str | None = None,
     ) -> None:
         limit = f"no answer within {limit_s:g} s" if limit_s is not None else "timed out"
         super().__init__(store, key, f"{limit}{' ' + reason if reason else ''}", array=array)

@@ -259,7 +259,9 @@ async def _bounded(opening: Coroutine[Any, Any, T], store: Store, policy: RetryP
             return await opening
     except TimeoutError:
         name = str(getattr(store, "url", None) or store)
-        raise StoreTimeoutError(name, None, limit, "opening the arrays' metadata (all requests together)") from None
+        raise StoreTimeoutError(
+            name, None, limit, "opening the arrays' metadata (all requests together)"
+        ) from None
 
 
 async def _open_arrays(store: Store, path: str, wanted: list[str] | None) -> dict[str, Any]:

@@ -302,7 +302,9 @@ class EpochRun:
 
     def _warn_bad(self, k: int) -> None:
         self._warned = True
-        what = "their samples are skipped" if self.skip_bad else "their samples are filled (NaN or fill value)"
+        what = (
+            "their samples are skipped" if self.skip_bad else "their samples are filled (NaN or fill value)"
+        )
         logger.warning(
             "%s epoch %d: bad chunks found by batch %d (%d so far, see dataset.stats); %s "
             "(on_bad_chunk); a summary follows when the pass ends",

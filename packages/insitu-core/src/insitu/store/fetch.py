@@ -81,7 +81,9 @@ class ChunkFetcher:
         """The store as messages name it: its URL where it has one (credentials hidden by it)."""
         return str(getattr(self.store, "url", None) or self.store)
 
-    def unavailable(self, key: str | None, error: BaseException, array: str | None = None) -> StoreUnavailableError:
+    def unavailable(
+        self, key: str | None, error: BaseException, array: str | None = None
+    ) -> StoreUnavailableError:
         """What a failed read of ``key`` raises once the policy is spent: the outage, naming the
         store, the key and, for a timeout, the limit (a store's own error is kept as the cause)."""
         if isinstance(error, StoreUnavailableError):
@@ -95,7 +97,9 @@ class ChunkFetcher:
                 self.store_name, key, policy.timeout_s, detail, array=array
             )
         else:
-            out = StoreUnavailableError(self.store_name, key, f"{type(error).__name__}: {reason}", array=array)
+            out = StoreUnavailableError(
+                self.store_name, key, f"{type(error).__name__}: {reason}", array=array
+            )
         out.__cause__ = error
         return out
 
