@@ -57,6 +57,15 @@ class ReadItem:
         self.source: str | None = None
 
 
+class ChunkReadError(Exception):
+    """A local chunk file could not be read: the store failed to deliver, the bytes are not bad.
+    ``error`` is the ``OSError`` the read raised."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 @dataclass(eq=False)
 class DecodeJob(Job):
     """Read (local files) and decode several reads' pieces into their slab slots.
@@ -85,8 +94,9 @@ class DecodeJob(Job):
             versions: list[str | None] | None = [] if self.track_sources else None
             try:
                 raw = self.local.read_file(read.key, read.byte_range, reuse=True, versions=versions)
-            except OSError as exc:
-                return 0, [self._fill_piece(item, i, exc) for i in range(len(item.views))], False
+            except OSError as exc:  # not delivered: unlike a decode error (gzip's is an OSError too)
+                failed = ChunkReadError(exc)
+                return 0, [self._fill_piece(item, i, failed) for i in range(len(item.views))], False
             if versions:
                 item.source = "absent" if versions[0] is None else f"v:{versions[0]}"
         elif self.track_sources and item.source is None:

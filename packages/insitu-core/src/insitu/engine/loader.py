@@ -31,7 +31,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.layout import ArrayReader, Piece, Read
 from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
 from insitu.engine.concurrency import ConcurrencyController, FetchGovernor
-from insitu.engine.jobs import CallJob, DecodeJob, DecodePump, ReadItem
+from insitu.engine.jobs import CallJob, ChunkReadError, DecodeJob, DecodePump, ReadItem
 from insitu.engine.pool import ArrayPool, ChunkPool, Slab
 from insitu.engine.scatter import ScratchBuffers
 from insitu.errors import BadChunkError, ConfigError, InSituError, StoreUnavailableError
@@ -370,12 +370,11 @@ class ArrayLoader:
                 self.stats.reads += 1
                 # Orthogonal: a selection on other axes reads only the chunks it touches.
                 data = await self._zarr_array.get_orthogonal_selection(region)
+        except StoreUnavailableError as exc:  # FetchingStore's: the store did not deliver
+            self._piece_done(entry, exc)
+            return
         except Exception as exc:
-            where = f"samples {lo}:{hi}"
-            if _is_outage(exc):
-                self._piece_done(entry, self.fetcher.unavailable(where, exc, self.path))
-            else:
-                self._piece_done(entry, BadChunkError(self.path, where, repr(exc)), _bad_kind(exc))
+            self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), _bad_kind(exc))
             return
         finally:
             SLAB_SOURCES.reset(token)
@@ -417,8 +416,8 @@ class ArrayLoader:
                     if not missing:
                         stats.chunks_decoded += 1
                     self._piece_done(entry, None)
-                elif _is_outage(err):  # a local file that could not be read: not damaged bytes
-                    self._piece_done(entry, self.fetcher.unavailable(item.read.key, err, self.path))
+                elif isinstance(err, ChunkReadError):  # a local file that could not be read
+                    self._piece_done(entry, self.fetcher.unavailable(item.read.key, err.error, self.path))
                 else:
                     bad = BadChunkError(self.path, _piece_key(item.read, piece), repr(err))
                     self._piece_done(entry, bad, _bad_kind(err))
@@ -609,11 +608,9 @@ def _bad_kind(error: BaseException | None) -> str:
 
 
 def _is_outage(error: BaseException) -> bool:
-    """True when the store failed to deliver bytes (a connection, a timeout, a refusal, a local
-    read error), as opposed to bytes that were delivered and are bad; told apart by type."""
-    return isinstance(error, (OSError, TimeoutError, StoreUnavailableError)) and not isinstance(
-        error, ChunkSizeError
-    )
+    """For an error raised while *fetching* (never decoding): True when the store failed to deliver
+    (a connection, a timeout, a refusal, a store's own error type), told apart by type."""
+    return isinstance(error, (OSError, TimeoutError, StoreUnavailableError))
 
 
 def _error_or_none(result: Any) -> BaseException | None:
