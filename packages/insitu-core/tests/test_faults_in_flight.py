@@ -49,6 +49,16 @@ def _fail(*_: Any, **__: Any) -> Any:
     raise StageFailure("injected")
 
 
+class FailingTransform:
+    """A chunk transform that declares its output (so construction does not call it) and fails."""
+
+    def out_spec(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        return shape, dtype
+
+    def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
+        raise StageFailure("injected")
+
+
 def _enomem(nbytes: int) -> Any:
     raise OSError(errno.ENOMEM, "Cannot allocate memory")
 
@@ -59,7 +69,7 @@ STAGES: dict[str, dict[str, Any]] = {
     "buffer allocation": {"patch": (batch_buffers, "_mapping", _enomem), "error": MemoryError},
     "decode job (scatter)": {"patch": (DecodeJob, "run", _fail), "policy": "skip"},
     "gather": {"patch": (Gatherer, "gather", _fail)},
-    "chunk transform": {"kwargs": {"chunk_transforms": [lambda name, block: _fail()]}},
+    "chunk transform": {"kwargs": {"chunk_transforms": [FailingTransform()]}},
     "batch transform": {"kwargs": {"batch_transforms": [_fail]}},
 }
 
