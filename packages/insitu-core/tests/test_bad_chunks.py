@@ -75,7 +75,7 @@ def test_permanent_errors_fail_fast(tmp_path: Path) -> None:
     store, _, manifest = _setup(tmp_path, fail={"x/c/0/0/0": PermissionError("403 Forbidden")})
     with (
         insitu.InSituDataset(store, manifest, batch_size=4) as ds,
-        pytest.raises(BadChunkError, match="403 Forbidden"),
+        pytest.raises(insitu.StoreUnavailableError, match="403 Forbidden"),
     ):
         list(ds.train)
     assert store.calls["x/c/0/0/0"] == 1

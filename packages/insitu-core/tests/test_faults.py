@@ -18,7 +18,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore
 
 import insitu
-from insitu.errors import BadChunkError
+from insitu.errors import StoreUnavailableError
 from insitu.store.retry import RetryPolicy
 from insitu.testing import StoreConformance
 from insitu.testing.faults import FaultInjectingStore, FaultPlan, Latency, Rewrite, faults_store
@@ -418,13 +418,13 @@ def test_skip_policy_skips_and_counts_corrupt_and_oversized_chunks(tmp_path: Pat
 
 
 @pytest.mark.timeout(60)
-def test_forbidden_chunk_raises_bad_chunk_error_naming_the_key(tmp_path: Path) -> None:
+def test_forbidden_chunk_raises_store_unavailable_naming_the_key(tmp_path: Path) -> None:
     _, keys = _source(tmp_path)
     store = FaultInjectingStore(LocalStore(tmp_path, read_only=True), FaultPlan(forbidden_keys=(keys[5],)))
     retry = RetryPolicy(retries=3, backoff_s=0.001)
     with (
         _dataset(store, on_bad_chunk="raise", retry=retry) as ds,
-        pytest.raises(BadChunkError, match=rf"{keys[5]}.*403 Forbidden") as info,
+        pytest.raises(StoreUnavailableError, match=rf"{keys[5]}.*403 Forbidden") as info,
     ):
         list(ds.train)
     assert info.value.key == keys[5]

@@ -132,7 +132,7 @@ def test_an_epoch_over_a_permanently_failing_plain_store_makes_the_policys_attem
     manifest = insitu.split_by_chunk(next(iter(geoms.values())), (1.0,))
     with (
         insitu.InSituDataset(store, manifest, geoms, batch_size=4, retry=QUICK) as ds,
-        pytest.raises(insitu.BadChunkError),
+        pytest.raises(insitu.StoreUnavailableError, match=r"'v/c/0'.*ConnectionError: reset"),
     ):
         list(ds.train)
     assert store.attempts == 4

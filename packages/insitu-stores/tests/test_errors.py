@@ -211,7 +211,9 @@ def test_exactly_one_layer_retries(builder: str, proxy: FaultProxy, data_bucket:
     # obstore's client retried (the fetcher added none); the fsspec store made one attempt per
     # call and the fetcher retried it.
     assert fetcher.retries == (0 if RETRIES_ITSELF[builder] else 3)
-    assert fetcher.store_retries is None  # neither store keeps a count of its own
+    # Neither store counts these: fsspec keeps no count, and obstore (0.12 reports none) counts only
+    # the retries of calls that timed out on every attempt.
+    assert fetcher.store_retries in (None, 0)
 
 
 @pytest.mark.parametrize("builder", sorted(BUILDERS))
@@ -224,10 +226,11 @@ def test_an_epoch_over_a_failing_chunk_makes_one_layer_of_attempts(
     )
     geoms = insitu.open_geometries(store)
     manifest = insitu.split_by_chunk(next(iter(geoms.values())), (1.0,))
-    engine_policy = RetryPolicy(retries=3, backoff_s=0.01)
+    # A store that retries by itself refuses another policy from the dataset (it would not apply).
+    engine_policy = None if RETRIES_ITSELF[builder] else RetryPolicy(retries=3, backoff_s=0.01)
     with (
         insitu.InSituDataset(store, manifest, geoms, batch_size=4, retry=engine_policy) as ds,
-        pytest.raises(insitu.BadChunkError),
+        pytest.raises(insitu.StoreUnavailableError, match="c/4/0"),
     ):
         for _ in ds.train:
             pass

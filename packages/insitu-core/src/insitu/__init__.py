@@ -25,6 +25,8 @@ from insitu.errors import (
     InSituError,
     MetadataError,
     StaleCacheError,
+    StoreTimeoutError,
+    StoreUnavailableError,
 )
 from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
 from insitu.sources import BatchedView
@@ -54,6 +56,8 @@ __all__ = [
     "RetryPolicy",
     "SplitManifest",
     "StaleCacheError",
+    "StoreTimeoutError",
+    "StoreUnavailableError",
     "__version__",
     "from_xarray",
     "geometries_from_xarray",

@@ -51,6 +51,7 @@ from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
+from insitu.store.capabilities import RetriesItself
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.store.opener import open_store
 from insitu.store.retry import RetryPolicy
@@ -181,9 +182,11 @@ class InSituDataset:
         )
         self.sharding = shard_options(rank=rank, world_size=world_size, uneven=uneven)
         self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
+        given_retry = retry
         retry = _checked_inputs(manifest, retry)
         batch_transforms = batch_transform_chain(batch_transforms)
         self.store = store if isinstance(store, Store) else open_store(store)
+        _check_retry_owner(self.store, given_retry)
         self.manifest = manifest
         labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest))
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
@@ -477,7 +480,7 @@ class InSituDataset:
         # for plain stores, the store itself for stores that retry and count).
         store_retries = self.engine.fetcher.store_retries
         out["retries"] = self.engine.fetcher.retries + (store_retries or 0)
-        out["timeouts"] = self.engine.fetcher.timeouts
+        out["timeouts"] = self.engine.fetcher.timeouts + (self.engine.fetcher.store_timeouts or 0)
         # Persisted slabs checked when this dataset opened: reused, dropped because their stored
         # bytes changed since, or dropped as damaged (persist="rebuild").
         counts = self._cache.counts if self._cache is not None else {}
@@ -518,8 +521,10 @@ class InSituDataset:
         self._stats_callbacks.remove(callback)
 
     def report_pass(self, report: PassReport) -> None:
-        """Log one ended pass at INFO (``insitu.epoch``) and hand it to the stats callbacks."""
-        stats_logger.info("%s", report.line())
+        """Log one ended pass at INFO (``insitu.epoch``; WARNING when it met bad chunks) and hand it
+        to the stats callbacks."""
+        level = logging.WARNING if report.engine.get("bad_chunks", 0) else logging.INFO
+        stats_logger.log(level, "%s", report.line())
         for callback in list(self._stats_callbacks):
             try:
                 callback(report)
@@ -624,6 +629,20 @@ def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
     return retry or RetryPolicy()
+
+
+def _check_retry_owner(store: Store, retry: RetryPolicy | None) -> None:
+    """A store that retries by itself runs every read under its own policy; a different ``retry=``
+    here would be silently ignored, so it is refused, saying where the policy belongs."""
+    if retry is None or not isinstance(store, RetriesItself):
+        return
+    own = store.insitu_retry_policy
+    if own != retry:
+        raise ConfigError(
+            f"retry={retry!r} would not apply: the store {getattr(store, 'url', None) or store} retries by "
+            f"itself under its own policy ({own!r}); give the policy to the store instead, e.g. "
+            "insitu.open_store(url, retry=...) or obstore_store(url, retry=...)"
+        )
 
 
 def _sample_axis_of(manifest: SplitManifest) -> str | int:

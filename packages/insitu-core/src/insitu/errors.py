@@ -47,3 +47,38 @@ class CacheDiskFullError(InSituError, OSError):
 
     An ``OSError`` with ``errno`` ENOSPC (or EDQUOT); the message names the directory and the
     bytes needed."""
+
+
+class StoreUnavailableError(InSituError):
+    """The store could not deliver bytes (refused or reset connections, 5xx, a 403, a timeout),
+    after the retry policy. Never governed by ``on_bad_chunk``: an outage is not a damaged chunk.
+
+    ``store`` names the store, ``key`` the object that could not be read (``None`` for a
+    metadata read of the whole store), ``reason`` what failed.
+    """
+
+    def __init__(self, store: str, key: str | None, reason: str, *, array: str | None = None) -> None:
+        what = f"reading {key!r}" if key is not None else "reading its metadata"
+        of = f" (array {array!r})" if array else ""
+        super().__init__(f"store {store} is unavailable: {what}{of} failed: {reason}")
+        self.store = store
+        self.key = key
+        self.array = array
+        self.reason = reason
+
+
+class StoreTimeoutError(StoreUnavailableError, TimeoutError):
+    """A store request ran past its time limit (``limit_s``), after the retry policy."""
+
+    def __init__(
+        self,
+        store: str,
+        key: str | None,
+        limit_s: float | None,
+        reason: str = "",
+        *,
+        array: str | None = None,
+    ) -> None:
+        limit = f"no answer within {limit_s:g} s" if limit_s is not None else "timed out"
+        super().__init__(store, key, f"{limit}{' ' + reason if reason else ''}", array=array)
+        self.limit_s = limit_s

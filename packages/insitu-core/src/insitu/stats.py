@@ -10,7 +10,8 @@ counters. Counters only grow over a dataset's life; the few *gauges*
 :class:`PassReport` is one pass over a view (an epoch, or the part of it a
 consumer took): what it delivered and the engine work done meanwhile (the
 difference of two snapshots). Each pass that ends is logged at INFO on the
-``insitu.epoch`` logger in one line, and handed to every callback added with
+``insitu.epoch`` logger in one line (at WARNING when it met bad chunks: the
+pass's summary of what was skipped), and handed to every callback added with
 ``dataset.add_stats_callback`` — the place to export to a metrics system.
 """
 
@@ -42,6 +43,7 @@ class Stats(Mapping[str, Any]):
     batches: int = 0
     samples: int = 0
     skipped_samples: int = 0
+    dropped_batches: int = 0  #: batches skipping left empty (or short, with drop_last): not delivered
     iterating_s: float = 0.0  #: consumer wall time inside view iteration
     waiting_s: float = 0.0  #: ... of which spent waiting for the next batch
     retries: int = 0  #: transient store errors retried
@@ -110,6 +112,7 @@ PASS_COUNTERS = (
     "bad_chunks",
     "missing_chunks",
     "skipped_samples",
+    "dropped_batches",
 )
 
 
@@ -161,7 +164,13 @@ class PassReport:
             f"{self.split} epoch {self.epoch}{rank}{ended}: {self.samples} samples in {self.batches} batches, "
             f"{self.seconds:.2f} s ({self.samples_per_s:.0f} samples/s, {self.mb_per_s:.1f} MB/s read), "
             f"stall {self.stall_fraction:.0%}, hit rate {self.hit_rate:.2f}, "
-            f"retries {e.get('retries', 0)}, bad chunks {e.get('bad_chunks', 0)}{self._inflight_words()}"
+            f"retries {e.get('retries', 0)}, bad chunks {e.get('bad_chunks', 0)}"
+            + (
+                f" ({e.get('skipped_samples', 0)} samples skipped, {e.get('dropped_batches', 0)} batches dropped)"
+                if e.get("bad_chunks", 0)
+                else ""
+            )
+            + self._inflight_words()
         )
 
     def _inflight_words(self) -> str:

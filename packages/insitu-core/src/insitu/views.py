@@ -377,6 +377,7 @@ class ViewIterator(Iterator[Batch]):
             prefetch=ds.options.prefetch,
             readahead_blocks=ds.options.readahead_blocks,
             skip_bad=ds.on_bad_chunk is BadChunkPolicy.SKIP,
+            drop_short=ds.drop_last,
             start_batch=start_batch,
         )
         self._future: concurrent.futures.Future[None] | None = None

@@ -39,6 +39,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -488,6 +489,8 @@ class ObstoreStore(ObjectStore):
         self.retry = retry
         self._redact = redact or Redactor()
         self._setup = setup
+        self._retries = 0
+        self._timeouts = 0
 
     # -- identity and display (never credentials) ---------------------------
     @property
@@ -667,7 +670,44 @@ class ObstoreStore(ObjectStore):
         # past the client's own timeouts, so it lies beyond every attempt obstore may make.
         longest = self.retry.longest_call_s()
         deadline = None if longest is None else longest + 1.0
-        return await call_once(op, deadline_s=deadline, translate=self._translate, key=key, url=self.url)
+        started = time.monotonic()
+        try:
+            return await call_once(op, deadline_s=deadline, translate=self._translate, key=key, url=self.url)
+        except StoreTimeoutError:
+            self._count_timed_out_call()
+            raise
+        except StoreError as exc:
+            if type(exc) is not StoreError or not self._every_attempt_timed_out(time.monotonic() - started):
+                raise
+            self._count_timed_out_call()
+            raise StoreTimeoutError(
+                f"timed out reading {self.location.join(key)}: no answer within {self.retry.timeout_s:g} s "
+                f"per attempt, {self.retry.attempts} attempts (obstore: {exc})",
+                url=self.url,
+                key=key,
+            ) from None
+
+    def _every_attempt_timed_out(self, elapsed_s: float) -> bool:
+        """obstore 0.12 reports a timeout with its generic type, without a kind or status; a failed
+        call that lasted as long as every attempt's time limit together can only have timed out
+        on each attempt (a refused or failing request answers well within its limit)."""
+        limit = self.retry.timeout_s
+        return limit is not None and elapsed_s >= self.retry.attempts * limit
+
+    def _count_timed_out_call(self) -> None:
+        self._timeouts += self.retry.attempts
+        self._retries += self.retry.retries
+
+    @property
+    def insitu_retries(self) -> int:
+        """Retries obstore made that this store knows of: those of calls that timed out on every
+        attempt (obstore 0.12 reports no count for the others)."""
+        return self._retries
+
+    @property
+    def insitu_timeouts(self) -> int:
+        """Requests that ran past the policy's ``timeout_s`` (each attempt of a timed-out call)."""
+        return self._timeouts
 
     def _translate(self, exc: BaseException, key: str | None) -> StoreError | None:
         where = self.location.join(key) if key else self.location.safe_url

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 import numpy as np
 import zarr
@@ -16,9 +16,10 @@ from zarr.abc.store import Store
 
 from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.arrays.lazycoords import LazyCoords
-from insitu.errors import ConfigError, MetadataError
+from insitu.errors import ConfigError, MetadataError, StoreTimeoutError
 from insitu.store.loop import run_sync, submit
 from insitu.store.opener import redact_urls
+from insitu.store.retry import RetryPolicy
 
 # zarr's "no such node" errors: NodeNotFoundError subclasses FileNotFoundError on 3.1 and 3.4.
 _NOT_FOUND = (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError)
@@ -27,6 +28,7 @@ _NOT_A_GROUP = (*_NOT_FOUND, zarr.errors.ContainsArrayError)
 
 SampleAxis = int | str
 logger = logging.getLogger("insitu")
+T = TypeVar("T")
 
 
 class Geometries(dict[str, ArrayGeometry]):
@@ -70,6 +72,7 @@ def open_geometries(
     include_static: bool = False,
     sel: Mapping[str, Any] | None = None,
     isel: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Geometries:
     """Describe the arrays of a Zarr group: ``{name: ArrayGeometry}``.
 
@@ -94,6 +97,10 @@ def open_geometries(
     ``sel`` / ``isel`` select on non-sample dimensions of every array having
     them (see :func:`select`).
 
+    Reading the metadata is bounded by ``retry`` (default ``RetryPolicy()``): a store that does
+    not answer within :meth:`RetryPolicy.longest_call_s` raises :class:`StoreTimeoutError` naming
+    the store and the limit, whoever built the store.
+
     Raises ConfigError naming the bad value for a malformed ``variables`` or
     ``sample_axis`` (a mapping naming an array that is not read included),
     and naming the array and its shape for one whose sample axis is empty.
@@ -105,7 +112,7 @@ def open_geometries(
     if not isinstance(path, str):
         raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
     broken: dict[str, str] = {}  # arrays default discovery could not describe, and why
-    chosen = _open_arrays_sync(store, path, wanted, sample_axis, broken)
+    chosen = _open_arrays_sync(store, path, wanted, sample_axis, broken, retry or RetryPolicy())
     dims = {name: _dimension_names(arr, arr.metadata.to_dict()) for name, arr in chosen.items()}
     skipped: dict[str, str] = dict(broken)
     if not explicit:
@@ -137,11 +144,13 @@ def _open_arrays_sync(
     wanted: list[str] | None,
     sample_axis: SampleAxis | Mapping[str, SampleAxis] | None,
     broken: dict[str, str],
+    policy: RetryPolicy,
 ) -> dict[str, zarr.Array]:
     """The arrays of the group (``wanted``, or every one), checked against a ``sample_axis`` mapping;
-    members whose metadata zarr cannot read go to ``broken``, with why."""
+    members whose metadata zarr cannot read go to ``broken``, with why; the reads bounded by
+    ``policy``'s longest call."""
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
-    opened = run_sync(_open_arrays(store, path, wanted, broken))
+    opened = run_sync(_bounded(_open_arrays(store, path, wanted, broken), store, policy))
     chosen = {name: zarr.Array(a) for name, a in opened.items()}
     if isinstance(sample_axis, Mapping):
         unknown = sorted(set(sample_axis) - set(chosen))
@@ -251,6 +260,20 @@ def _check_sample_axis(sample_axis: Any) -> None:
         if not (is_integer(spec) or (isinstance(spec, str) and spec)):
             where = "" if name is None else f" for array {name!r}"
             raise ConfigError(f"sample_axis must be an axis number or a dimension name{where}, got {spec!r}")
+
+
+async def _bounded(opening: Coroutine[Any, Any, T], store: Store, policy: RetryPolicy) -> T:
+    """``opening`` under the policy's longest call: a hung store that insitu did not build (a zarr
+    ``FsspecStore`` over HTTP) would otherwise keep discovery waiting forever."""
+    limit = policy.longest_call_s()
+    try:
+        async with asyncio.timeout(limit):
+            return await opening
+    except TimeoutError:
+        name = str(getattr(store, "url", None) or store)
+        raise StoreTimeoutError(
+            name, None, limit, "opening the arrays' metadata (all requests together)"
+        ) from None
 
 
 async def _open_arrays(

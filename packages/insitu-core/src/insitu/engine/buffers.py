@@ -55,7 +55,13 @@ class BufferPool:
             if lease_type is None:
                 lease_type = self._lease_types[nbytes] = _lease_type(nbytes, self)
         if mem is None:
-            mem = _mapping(nbytes)
+            try:
+                mem = _mapping(nbytes)
+            except OSError as exc:  # ENOMEM: an address-space limit, or no memory left to map
+                raise MemoryError(
+                    f"cannot map {nbytes:,} bytes for a batch array of shape {shape} {dtype} "
+                    f"({exc.strerror}); lower batch_size or raise the process's memory limit"
+                ) from exc
         # Mappings are page-aligned, which is more than the 64 bytes JAX and TensorFlow need.
         lease = lease_type.from_buffer(mem)
         lease.mem = mem  # the finaliser hands this back

@@ -18,6 +18,12 @@ Two coroutines on the engine loop cooperate:
 
 A block's pins are released once its last batch is gathered; a slab the epoch
 needs again later stays cached with that next use as its eviction priority.
+
+A failure of either coroutine ends the pass and is handed to the consumer.
+With ``on_bad_chunk="skip"`` the samples of bad chunks leave their batch: a
+batch left empty is never delivered, nor, with ``drop_last``, one left short
+(the training step sees full batches only); the first bad chunk of a pass is
+logged at WARNING.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import queue
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.batch import Batch
 from insitu.engine.gather import BatchRows, Gatherer
 from insitu.engine.loader import Engine
 from insitu.engine.pool import FAILED, READY, BlockWaiter, Slab
@@ -43,6 +52,7 @@ END = object()
 #: concurrency controller wants more reads than ``readahead_blocks`` supply (the memory bound
 #: of the read-ahead beyond ``readahead_blocks``; local files never read further).
 READAHEAD_CAP_BYTES = 256 << 20
+logger = logging.getLogger("insitu.epoch")
 
 
 class EpochRun:
@@ -59,6 +69,7 @@ class EpochRun:
         prefetch: int,
         readahead_blocks: int,
         skip_bad: bool,
+        drop_short: bool = False,
         start_batch: int = 0,
     ) -> None:
         self.engine = engine
@@ -69,6 +80,9 @@ class EpochRun:
         self.prefetch = prefetch
         self.readahead = readahead_blocks
         self.skip_bad = skip_bad
+        self.drop_short = drop_short  # drop_last: a batch that skipping left short is dropped too
+        self._bad_before = engine.stats.bad_chunks
+        self._warned = False
         self.out: queue.Queue[Any] = queue.Queue()
         self.credits: asyncio.Semaphore | None = None
         self.task: asyncio.Task[Any] | None = None
@@ -117,16 +131,24 @@ class EpochRun:
         self.task = asyncio.current_task()
         self.credits = asyncio.Semaphore(self.prefetch)
         producer = loop.create_task(self._produce())
+        emitter = loop.create_task(self._emit())
         try:
-            await self._emit()
+            # Either coroutine may fail (a batch buffer that cannot be mapped, a plan step that
+            # raises): the emitter would otherwise wait forever for blocks a dead producer never
+            # starts. The first failure ends the pass and reaches the consumer.
+            await asyncio.wait((producer, emitter), return_when=asyncio.FIRST_EXCEPTION)
+            for task in (producer, emitter):
+                if task.done():
+                    task.result()  # re-raises the failure
             self.out.put(END)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self.out.put(exc)
         finally:
-            producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
+            for task in (producer, emitter):
+                task.cancel()
+            await asyncio.gather(producer, emitter, return_exceptions=True)
             for b in list(self._pinned):
                 self._release_block(b)
 
@@ -299,22 +321,49 @@ class EpochRun:
                     await waiter.future
                 ready_upto += 1
             where = self._rows(lo, hi)
-            gather = functools.partial(
-                self.gatherer.gather,
-                where,
-                split=self.split,
-                epoch=self.epoch,
-                index=k,
-                buffers=self._buffers.pop(k, None),
-            )
-            batch = await loop.run_in_executor(self.gatherer.executor, gather)
-            self.engine.stats.batches += 1
-            self.engine.stats.samples += batch.size
-            self.out.put(batch)
+            if not self._warned and self.engine.stats.bad_chunks > self._bad_before:
+                self._warn_bad(k)
+            buffers = self._buffers.pop(k, None)
+            if where.skipped and (where.skipped == hi - lo or self.drop_short):
+                self.engine.stats.dropped_batches += 1  # nothing (or too little) left to deliver
+                self.credits.release()
+            else:
+                gather = functools.partial(
+                    self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k, buffers=buffers
+                )
+                batch = await self._on_gather_thread(gather)
+                self.engine.stats.batches += 1
+                self.engine.stats.samples += batch.size
+                self.out.put(batch)
             done_upto = plan.block_of(hi) if hi < n_anchors else plan.order.n_blocks
             while released < done_upto:
                 self._release_block(released)
                 released += 1
+
+    async def _on_gather_thread(self, gather: Callable[[], Batch]) -> Batch:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.gatherer.executor, gather)
+        except RuntimeError:
+            # The executor refuses new work: concurrent.futures shuts every executor down when the
+            # interpreter starts exiting, before it waits for the user's non-daemon threads, so one
+            # still iterating finishes its pass with its batches gathered here. (A dataset closed
+            # by the user cancels this run as well; gathering one more batch first is harmless.)
+            return gather()
+
+    def _warn_bad(self, k: int) -> None:
+        self._warned = True
+        what = (
+            "their samples are skipped" if self.skip_bad else "their samples are filled (NaN or fill value)"
+        )
+        logger.warning(
+            "%s epoch %d: bad chunks found by batch %d (%d so far, see dataset.stats); %s "
+            "(on_bad_chunk); a summary follows when the pass ends",
+            self.split,
+            self.epoch,
+            k,
+            self.engine.stats.bad_chunks - self._bad_before,
+            what,
+        )
 
     def _set_emitting(self, block: int) -> None:
         self._emitting = block

@@ -59,11 +59,21 @@ class ReadItem:
         self.source: str | None = None
 
 
+class ChunkReadError(Exception):
+    """A local chunk file could not be read: the store failed to deliver, the bytes are not bad.
+    ``error`` is the ``OSError`` the read raised."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 @dataclass(eq=False)
 class DecodeJob(Job):
     """Read (local files) and decode several reads' pieces into their slab slots.
 
-    ``on_done(job, results)`` gets one ``(nbytes, errors, missing)`` per item,
+    ``on_done(job, results)`` gets one ``(nbytes, errors, missing)`` per item (or the exception
+    that failed the job as a whole),
     where ``errors[i]`` is None or the exception of piece ``i`` and
     ``missing`` says the object was absent (fill value written).
     """
@@ -87,8 +97,9 @@ class DecodeJob(Job):
             versions: list[str | None] | None = [] if self.track_sources else None
             try:
                 raw = self.local.read_file(read.key, read.byte_range, reuse=True, versions=versions)
-            except OSError as exc:
-                return 0, [self._fill_piece(item, i, exc) for i in range(len(item.views))], False
+            except OSError as exc:  # not delivered: unlike a decode error (gzip's is an OSError too)
+                failed = ChunkReadError(exc)
+                return 0, [self._fill_piece(item, i, failed) for i in range(len(item.views))], False
             if versions:
                 item.source = "absent" if versions[0] is None else f"v:{versions[0]}"
         elif self.track_sources and item.source is None:
@@ -156,9 +167,8 @@ class DecodeJob(Job):
         return exc
 
     def complete(self, result: Any) -> None:
-        """Pass the results to ``on_done``; a failure of the whole job becomes an error of every piece."""
-        if isinstance(result, BaseException):  # the job itself failed: every piece of every item
-            result = [(0, [result] * len(item.views), False) for item in self.items]
+        """Pass the results to ``on_done``: a list of per-item results, or the exception that failed
+        the job itself (a scatter, a closed pump), which is no damaged chunk and reaches every waiter."""
         self.on_done(self, result)
 
 

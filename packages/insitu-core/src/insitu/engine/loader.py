@@ -31,10 +31,10 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.layout import ArrayReader, Piece, Read
 from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
 from insitu.engine.concurrency import ConcurrencyController, FetchGovernor
-from insitu.engine.jobs import CallJob, DecodeJob, DecodePump, ReadItem
+from insitu.engine.jobs import CallJob, ChunkReadError, DecodeJob, DecodePump, ReadItem
 from insitu.engine.pool import ArrayPool, ChunkPool, Slab
 from insitu.engine.scatter import ScratchBuffers
-from insitu.errors import BadChunkError, ConfigError
+from insitu.errors import BadChunkError, ConfigError, InSituError, StoreUnavailableError
 from insitu.options import BadChunkPolicy
 from insitu.store.codecs import ChunkSizeError, UnsupportedCodec
 from insitu.store.fetch import ChunkFetcher
@@ -54,18 +54,22 @@ class EngineStats:
     slab_hits: int = 0  # slab uses served by the pool without a load
     missing_chunks: int = 0  # absent from the store: fill value
     bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
-    bad_chunks_read: int = 0  # ... the store failed (after retries), refused or timed out
+    bad_chunks_read: int = 0  # always 0: a store that fails to deliver raises StoreUnavailableError
     bad_chunks_size: int = 0  # ... the bytes decode (or are stored) at another size than the chunk's
     bad_chunks_decode: int = 0  # ... the codecs rejected the bytes
     batches: int = 0
     samples: int = 0
     skipped_samples: int = 0
+    dropped_batches: int = 0  # batches skipping left empty (or short, with drop_last): not delivered
     iterating_s: float = 0.0  # consumer wall time inside view iteration
     waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
 
     def as_dict(self) -> dict[str, float]:
         """The counters as a plain dict."""
         return asdict(self)
+
+
+_RUNNING: set[asyncio.Task[Any]] = set()  # every engine's live tasks (see Engine.spawn)
 
 
 class Engine:
@@ -149,6 +153,12 @@ class Engine:
         task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # Held from the module too, until it ends: otherwise an idle fetch worker is only in a cycle
+        # with its engine, and the garbage collector destroys it pending ("Task was destroyed but
+        # it is pending!" at ERROR) in the same pass that runs the dataset's finaliser, before the
+        # cancellation that finaliser schedules can run.
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
 
     async def aclose(self) -> None:
         """Stop taking decode work and cancel the engine's tasks, waiting until they have ended (on the loop)."""
@@ -365,6 +375,9 @@ class ArrayLoader:
                 self.stats.reads += 1
                 # Orthogonal: a selection on other axes reads only the chunks it touches.
                 data = await self._zarr_array.get_orthogonal_selection(region)
+        except StoreUnavailableError as exc:  # FetchingStore's: the store did not deliver
+            self._piece_done(entry, exc)
+            return
         except Exception as exc:
             self._piece_done(entry, BadChunkError(self.path, f"samples {lo}:{hi}", repr(exc)), _bad_kind(exc))
             return
@@ -387,6 +400,13 @@ class ArrayLoader:
     # -- completion (loop thread) ----------------------------------------------------------------
     def _job_done(self, job: DecodeJob, results: Any) -> None:
         stats = self.stats
+        if isinstance(results, BaseException):  # the job itself failed (not a chunk's bytes): raise
+            for item in job.items:
+                for entry in item.targets:
+                    if entry.error is None:
+                        entry.error = results
+                    self._piece_done(entry, None)
+            return
         for item, (nbytes, errors, missing) in zip(job.items, results, strict=True):
             stats.bytes_read += nbytes
             if item.source is not None:
@@ -401,11 +421,18 @@ class ArrayLoader:
                     if not missing:
                         stats.chunks_decoded += 1
                     self._piece_done(entry, None)
+                elif isinstance(err, ChunkReadError):  # a local file that could not be read
+                    self._piece_done(entry, self.fetcher.unavailable(item.read.key, err.error, self.path))
                 else:
                     bad = BadChunkError(self.path, _piece_key(item.read, piece), repr(err))
                     self._piece_done(entry, bad, _bad_kind(err))
 
     def _fail_pieces(self, item: ReadItem, exc: BaseException) -> None:
+        if _is_outage(exc):  # the store did not deliver the bytes: an error whatever on_bad_chunk says
+            error = self.fetcher.unavailable(item.read.key, exc, self.path)
+            for entry in item.targets:
+                self._piece_done(entry, error)
+            return
         fill = self._error_fill()
         for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
             if fill is not None and self.reader is not None:
@@ -413,11 +440,11 @@ class ArrayLoader:
                     self.reader.fill(piece.coords, fill, view)
                 elif entry.dests is not None:  # streamed in the job: its batch rows take the fill
                     entry.dests.fill(fill)
-            self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)), "read")
+            self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)))
 
-    def _piece_done(self, entry: Slab, error: BadChunkError | None, kind: str = "") -> None:
+    def _piece_done(self, entry: Slab, error: InSituError | None, kind: str = "") -> None:
         if error is not None:
-            if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
+            if self.engine.on_bad_chunk is BadChunkPolicy.RAISE or isinstance(error, StoreUnavailableError):
                 if entry.error is None:
                     entry.error = error
             else:
@@ -586,12 +613,14 @@ def _piece_key(read: Read, piece: Piece) -> str:
 
 
 def _bad_kind(error: BaseException | None) -> str:
-    """Which ``bad_chunks_*`` counter an exception from reading or decoding a chunk belongs to."""
-    if isinstance(error, ChunkSizeError):
-        return "size"
-    if isinstance(error, (OSError, TimeoutError, ConnectionError)):
-        return "read"  # a local file that could not be read (remote reads fail in _fail_pieces)
-    return "decode"
+    """Which ``bad_chunks_*`` counter an exception from decoding a chunk belongs to."""
+    return "size" if isinstance(error, ChunkSizeError) else "decode"
+
+
+def _is_outage(error: BaseException) -> bool:
+    """For an error raised while *fetching* (never decoding): True when the store failed to deliver
+    (a connection, a timeout, a refusal, a store's own error type), told apart by type."""
+    return isinstance(error, (OSError, TimeoutError, StoreUnavailableError))
 
 
 def _error_or_none(result: Any) -> BaseException | None:

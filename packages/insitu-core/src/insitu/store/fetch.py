@@ -27,10 +27,12 @@ from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
+from insitu.errors import StoreTimeoutError, StoreUnavailableError
 from insitu.store.capabilities import (
     MultiRangeReads,
     RawReads,
     ReportsRetries,
+    RetriesItself,
     capabilities_of,
     local_file_version,
     object_version,
@@ -66,6 +68,46 @@ class ChunkFetcher:
     def reads_files(self) -> bool:
         """True when reads happen synchronously in decode threads (local files)."""
         return self._root is not None
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy this store's reads run under: its own for a store that retries itself."""
+        if self.capabilities.retries_itself:
+            return cast(RetriesItself, self.store).insitu_retry_policy
+        return self.retry
+
+    @property
+    def store_name(self) -> str:
+        """The store as messages name it: its URL where it has one (credentials hidden by it)."""
+        return str(getattr(self.store, "url", None) or self.store)
+
+    def unavailable(
+        self, key: str | None, error: BaseException, array: str | None = None
+    ) -> StoreUnavailableError:
+        """What a failed read of ``key`` raises once the policy is spent: the outage, naming the
+        store, the key and, for a timeout, the limit (a store's own error is kept as the cause)."""
+        if isinstance(error, StoreUnavailableError):
+            return error
+        reason = str(error) or type(error).__name__
+        if isinstance(error, TimeoutError):
+            policy = self.policy
+            tries = f"per attempt, {policy.attempts} attempt{'s' if policy.attempts > 1 else ''}"
+            detail = tries if reason == "TimeoutError" else f"{tries}: {reason}"
+            out: StoreUnavailableError = StoreTimeoutError(
+                self.store_name, key, policy.timeout_s, detail, array=array
+            )
+        else:
+            out = StoreUnavailableError(
+                self.store_name, key, f"{type(error).__name__}: {reason}", array=array
+            )
+        out.__cause__ = error
+        return out
+
+    @property
+    def store_timeouts(self) -> int | None:
+        """Requests of a store that retries by itself which timed out, when it counts them."""
+        count = getattr(self.store, "insitu_timeouts", None)
+        return count if isinstance(count, int) else None
 
     @property
     def store_retries(self) -> int | None:

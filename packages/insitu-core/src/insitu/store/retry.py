@@ -30,6 +30,9 @@ class RetryPolicy:
     retried; anything else (a 403, a missing bucket, a misconfiguration) is
     raised at once.
 
+    The defaults are seconds, not minutes: a store that hangs fails after
+    about ``attempts * timeout_s`` (40 s) rather than keeping a pass waiting.
+
     Give it to the layer that owns retries: ``InSituDataset(retry=...)`` for
     plain zarr stores, or the store builder (``obstore_store(url,
     retry=...)``) for a store that retries by itself, which the engine then
@@ -39,7 +42,7 @@ class RetryPolicy:
     retries: int = 3
     backoff_s: float = 0.1
     max_backoff_s: float = 5.0
-    timeout_s: float | None = 60.0
+    timeout_s: float | None = 10.0
     connect_timeout_s: float = 5.0
     transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
 

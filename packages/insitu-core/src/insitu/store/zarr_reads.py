@@ -57,7 +57,10 @@ class FetchingStore(WrapperStore[Store]):
         if tracked and fetcher.capabilities.object_versions:
             version = await fetcher.version(key)  # before the read, as the direct path does
             source = "absent" if version is None else f"v:{version}"
-        buf = await fetcher.retrying(lambda: self._store.get(key, prototype, byte_range))
+        try:
+            buf = await fetcher.retrying(lambda: self._store.get(key, prototype, byte_range))
+        except (OSError, TimeoutError) as exc:  # not delivered: an outage, not a bad chunk
+            raise fetcher.unavailable(key, exc) from exc
         if buf is not None and self._stats is not None and is_chunk_key(key):
             self._stats.bytes_read += len(buf)
         if tracked and sources is not None and (byte_range is None or span is not None):
