@@ -76,12 +76,12 @@ def test_states_saved_at_one_process_count_finish_the_epoch_at_another(
     rest, counts = _run(store_path, w2, states, epoch=3)
     delivered = heads + [i for process in rest for i in process]
     assert len(delivered) == len(set(delivered)), "no sample twice"
-    # uneven="drop" (the default) leaves out fewer than w2 chunks' worth of the rest, as a fresh
-    # epoch at w2 would; everything else is delivered.
+    # uneven="drop" (the default) leaves out fewer than w1 chunks' worth of the epoch at w1 (as
+    # any epoch at w1) and fewer than w2 of the rest at w2; everything else is delivered.
     missing = set(range(jax_workers.N_SAMPLES)) - set(delivered)
-    assert len(missing) < w2 * jax_workers.CHUNK, f"{len(missing)} samples left out"
+    assert len(missing) < (w1 + w2) * jax_workers.CHUNK, f"{len(missing)} samples left out"
     if w2 == 1:
-        assert not missing, "one process delivers all the rest"
+        assert len(missing) < w1 * jax_workers.CHUNK, "one process delivers all the rest"
     assert len(set(counts)) == 1, f"every process yields the same number of batches, got {counts}"
     for a in range(w2):
         for b in range(a + 1, w2):

@@ -29,7 +29,9 @@ def _row_ids(source: np.ndarray, batches: list[Any]) -> list[int]:
     """Index in ``source`` of each row delivered (the synthetic x rows are distinct)."""
     lookup = {row.tobytes(): i for i, row in enumerate(source)}
     assert len(lookup) == len(source)
-    return [lookup[row.tobytes()] for batch in batches for row in np.asarray(batch).reshape(-1, source.shape[1])]
+    return [
+        lookup[row.tobytes()] for batch in batches for row in np.asarray(batch).reshape(-1, source.shape[1])
+    ]
 
 
 def _context(pipeline: int, pipelines: int) -> tf.distribute.InputContext:
@@ -55,9 +57,7 @@ def _stop_on(store_path: Path, pipelines: int, epoch: int) -> tuple[list[int], l
 
 
 @pytest.mark.parametrize(("w1", "w2"), [(2, 3), (3, 2), (2, 1)])
-def test_states_of_one_pipeline_count_finish_the_epoch_on_another(
-    store_path: Path, w1: int, w2: int
-) -> None:
+def test_states_of_one_pipeline_count_finish_the_epoch_on_another(store_path: Path, w1: int, w2: int) -> None:
     source = np.asarray(zarr.open_group(store_path, mode="r")["x"][:])
     heads, states = _stop_on(store_path, w1, epoch=2)
     rest: list[list[int]] = []
@@ -68,12 +68,12 @@ def test_states_of_one_pipeline_count_finish_the_epoch_on_another(
             rest.append(_row_ids(source, [e["x"] for e in as_tf_dataset(ds.train, **ranks)]))
     delivered = heads + [i for pipeline in rest for i in pipeline]
     assert len(delivered) == len(set(delivered)), "no sample twice"
-    # uneven="drop" (the default) leaves out fewer than w2 chunks' worth of the rest, as a fresh
-    # epoch at w2 would; everything else is delivered.
+    # uneven="drop" (the default) leaves out fewer than w1 chunks' worth of the epoch at w1 (as
+    # any epoch at w1) and fewer than w2 of the rest at w2; everything else is delivered.
     missing = set(range(tf_workers.N_SAMPLES)) - set(delivered)
-    assert len(missing) < w2 * tf_workers.CHUNK, f"{len(missing)} samples left out"
+    assert len(missing) < (w1 + w2) * tf_workers.CHUNK, f"{len(missing)} samples left out"
     if w2 == 1:
-        assert not missing, "one pipeline delivers all the rest"
+        assert len(missing) < w1 * tf_workers.CHUNK, "one pipeline delivers all the rest"
     counts = {len(pipeline) for pipeline in rest}
     assert len(counts) == 1, f"every pipeline yields the same number of samples, got {counts}"
 
@@ -111,5 +111,5 @@ def test_consumed_state_after_an_elastic_resume_resumes_again(store_path: Path) 
         third = _row_ids(source, [e["x"] for e in as_tf_dataset(ds.train)])
     delivered = heads + second + third
     assert len(delivered) == len(set(delivered)), "no sample twice"
-    # Two pipelines dropped fewer than two chunks' worth; the last stretch, on one, nothing.
-    assert len(set(range(tf_workers.N_SAMPLES)) - set(delivered)) < 2 * tf_workers.CHUNK
+    # Three pipelines, then two, dropped fewer than 3 and 2 chunks' worth; the last one nothing.
+    assert len(set(range(tf_workers.N_SAMPLES)) - set(delivered)) < (3 + 2) * tf_workers.CHUNK

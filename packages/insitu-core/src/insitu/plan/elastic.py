@@ -108,7 +108,9 @@ def elastic_order(
             limit = units.rank_limit(segment.world_size, s.uneven) if units.n_units else None
             for r in range(segment.world_size if units.n_units else 0):
                 # One old rank at a time: each order is freed before the next one is made.
-                order = units.rank_order(r, segment.world_size, limit, s.block_chunks, s.first_block_chunks)[0]
+                order = units.rank_order(r, segment.world_size, limit, s.block_chunks, s.first_block_chunks)[
+                    0
+                ]
                 positions = np.arange(r, units.n_units, segment.world_size, dtype=np.int64)
                 left.keep_undelivered(rest, order, positions, _handed_out(segment, r, order, s, split))
                 del order, positions
@@ -140,7 +142,9 @@ def _handed_out(segment: Segment, rank: int, order: EpochOrder, s: ElasticSettin
     return done * s.batch_size
 
 
-def _report_dropped(shares: _Shares, order: EpochOrder, s: ElasticSettings, split: str, world_size: int) -> None:
+def _report_dropped(
+    shares: _Shares, order: EpochOrder, s: ElasticSettings, split: str, world_size: int
+) -> None:
     """Say how much of the rest ``uneven="drop"`` leaves out: when fewer than about ``world_size``
     chunks remain, every rank yields nothing more, which must not pass in silence."""
     if s.uneven != "drop" or world_size == 1:
@@ -212,7 +216,9 @@ class _Rest:
             out[concat_runs(offsets[part], counts[part])] = self.part_sample[self.listed(positions[part])]
         return out
 
-    def keep_undelivered(self, source: _Rest, order: EpochOrder, positions: np.ndarray, handed_out: int) -> None:
+    def keep_undelivered(
+        self, source: _Rest, order: EpochOrder, positions: np.ndarray, handed_out: int
+    ) -> None:
         """Record what ``order`` left of ``source`` after ``handed_out`` samples. ``order`` is an old
         rank's, over the units at ``positions`` of ``source`` (in its block order): the blocks after
         the one it stopped in are left as they were in ``source``; that block, and the last one
