@@ -232,3 +232,21 @@ def test_the_old_ranks_orders_are_rebuilt_exactly(run, world, block, uneven, see
         assert np.array_equal(mine.anchors, theirs.anchors)
         assert np.array_equal(mine.block_starts, theirs.block_starts)
         assert mine.n_valid == theirs.n_valid
+
+
+def test_drop_says_how_many_samples_a_resume_leaves_out(caplog: pytest.LogCaptureFixture) -> None:
+    """Near the end of an epoch, fewer chunks than new ranks are left: under "drop" every new rank
+    yields nothing more, which is logged as a warning naming the samples left out."""
+    plans = _plans(40, 4, 0, (1.0,), batch=2, block=2, uneven="drop", drop_last=False)
+    old = plans.get("train", True, 3, rank=0, world_size=2)
+    point = resume_point(
+        _state(0, 2, old.n_batches - 1), IDENTITY | {"order": ORDER_VERSION}, rank=0, world_size=8
+    )
+    with caplog.at_level("INFO", logger="insitu.plan.elastic"):
+        plan = plans.get("train", True, 3, rank=0, world_size=8, resumed_from=point.resumed_from)
+    assert plan.n_batches == 0
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    message = warnings[0].getMessage()
+    assert "4 sample(s) were left" in message, message
+    assert "leaves out 4 of them" in message, message

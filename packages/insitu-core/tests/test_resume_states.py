@@ -12,6 +12,7 @@ import zarr
 from conftest import field, write_array
 
 import insitu
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 
 BATCH = 3
@@ -154,3 +155,25 @@ def test_every_old_ranks_state_may_be_given(root: Path) -> None:
         assert len(set(before + after)) >= 72 - 2 * 4  # less than a chunk per new rank dropped
         with pytest.raises(ConfigError, match=r"one state per rank 0..2 .* got ranks \[0, 2\]"):
             ds.train.shard(0, 2).load_state_dict([states[0], states[2]])
+
+
+@pytest.mark.parametrize(
+    "fractions", [(1.0,), (0.8, 0.1, 0.1), (0.5, 0.5, 0.0)], ids=["one-split", "three", "an-empty-split"]
+)
+def test_manifest_digest_is_that_of_its_json_text(fractions) -> None:
+    """States carry the manifest's digest: written a slab at a time (at 10**7 chunks the whole
+    text costs a GB), it must stay the digest of the JSON text, or saved states stop loading."""
+    import hashlib
+
+    from insitu.plan import splits
+
+    g = ArrayGeometry(name="x", path="x", shape=(3000, 2), dtype=np.dtype("f4"), chunk_shape=(2, 2))
+    manifest = splits.split_by_chunk(g, fractions, names=["a", "b", "c"][: len(fractions)], contiguous=False)
+    want = hashlib.sha256(manifest.to_json().encode()).hexdigest()[:16]
+    original = splits._DIGEST_SLAB
+    splits._DIGEST_SLAB = 7  # several slabs per split, one cut inside the last
+    try:
+        assert splits.SplitManifest.from_json(manifest.to_json()).digest == want
+    finally:
+        splits._DIGEST_SLAB = original
+    assert manifest.digest == want

@@ -19,7 +19,7 @@ inside a framework.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -89,8 +89,9 @@ class ShardableView(BatchedView, Protocol):
         """Epoch and batches handed out, plus what must match to resume (JSON-able)."""
         ...
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the batches recorded in ``state`` on the next pass."""
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue after the batches recorded in ``state`` on the next pass: one rank's state, or
+        the list of every rank's states (saved at this or another world size)."""
         ...
 
 

@@ -195,9 +195,12 @@ class DatasetView:
 
     @property
     def resuming(self) -> bool:
-        """True when a loaded state makes the next pass start mid-epoch (it yields fewer batches
-        than ``len(self)``)."""
-        return self._resume is not None and self._resume[1] > 0
+        """True when a loaded state makes the next pass start mid-epoch: it yields fewer batches
+        than ``len(self)``, or (resumed at another world size) the rest of an epoch, so a later
+        pass over a whole epoch yields another number of batches."""
+        if self._resume is None:
+            return False
+        return self._resume[1] > 0 or bool(self.resumed_from)
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ between processes: each process only supplies the rows its devices hold.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -130,8 +130,13 @@ class JaxIterator(Iterator[dict[str, Any]]):
         state["batches_done"] = int(state["batches_done"]) - len(self._pending)
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (possibly of another process); call before iterating."""
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Resume from :meth:`state_dict` (possibly of another process); call before iterating.
+
+        ``state`` is one process's state (processes that move in lockstep, as a jitted step
+        makes them) or the list of every process's states. Saved at another process count, the
+        processes share what the old ones left of the epoch (``docs/distributed.md``).
+        """
         view = require_shardable_view(self.view, "JaxIterator.load_state_dict")
         if self._source is not None:
             raise RuntimeError("load_state_dict must be called before the iterator yields its first batch")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -78,11 +78,14 @@ class InSituIterableDataset(IterableDataset[TorchBatch]):
         # The device stage reads a batch ahead; its state leaves that batch out.
         return dict(view.state_dict() if self._stage is None else self._stage.state_dict())
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Continue after the batches recorded in ``state`` on the next iteration.
 
         The dataset must be built the same way (manifest, seed, batch size,
         ranks...); a mismatch raises ``insitu.ConfigError`` naming the field.
+        ``state`` is one rank's state (DDP ranks move in lockstep) or the list of
+        every rank's; saved at another world size, the ranks share the rest of
+        the epoch (``docs/distributed.md``).
         """
         require_shardable_view(self.view, "InSituIterableDataset.load_state_dict").load_state_dict(state)
 

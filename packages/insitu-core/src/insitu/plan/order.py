@@ -403,6 +403,19 @@ class EpochUnits:
         the longest's (``"pad"``); ``None`` on one rank."""
         return _rank_limit(self.sizes_in_order, self.n_units, world_size, uneven)
 
+    def chunk_of(self, positions: np.ndarray) -> np.ndarray:
+        """Manifest chunk id of the units at permutation ``positions``."""
+        units = self.perm[positions]
+        return self.ids[units] if self.simple else self.ids[self._unit_start[units]]
+
+    def runs_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The runs ``(first, size)`` of the units at permutation ``positions``, unit after unit."""
+        units = self.perm[positions]
+        if self.simple:
+            return clip_chunks(self.ids[units], self.chunk_len, self._span)
+        entries = concat_runs(self._unit_start[units], self._unit_entries[units])
+        return self._first[entries], self._sizes[entries]
+
     def samples_in_order(self) -> np.ndarray:
         """Every sample of the epoch, unit after unit in permutation order (no shuffle inside blocks)."""
         if self.simple:

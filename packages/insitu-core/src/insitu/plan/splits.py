@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,6 +32,9 @@ from insitu.options import flag, seed_value
 from insitu.plan.memory import large_temporaries
 
 DEFAULT_NAMES = ("train", "val", "test")
+#: Stands for the chunk lists in the JSON text the digest streams (:meth:`SplitManifest.digest`).
+_SPLITS_PLACEHOLDER = "insitu:splits-written-in-slabs"
+_DIGEST_SLAB = 1 << 18  # chunk ids turned into text at a time
 _FORMAT = "insitu.SplitManifest/1"  # chunk splits: what every reader of the format understands
 #: Manifests with per-split sample ranges. A reader of /1 alone would ignore the ranges and
 #: deliver whole chunks (samples of the neighbouring split included), so these are /2.
@@ -129,8 +132,37 @@ class SplitManifest:
 
     @functools.cached_property
     def digest(self) -> str:
-        """A short hex digest of :meth:`to_json`, computed once (a resume state carries it)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        """A short hex digest of :meth:`to_json`, computed once (a resume state carries it).
+
+        The JSON text is hashed as it is written, the chunk lists a slab at a time: written
+        whole, ten million chunk ids are a list of Python ints and a text of over 1 GB
+        together (every ``state_dict()`` paid it on its first call).
+        """
+        sha = hashlib.sha256()
+        for part in self._json_parts():
+            sha.update(part.encode())
+        return sha.hexdigest()[:16]
+
+    def _json_parts(self) -> Iterator[str]:
+        """The text of :meth:`to_json` in pieces (the same characters: ``json.dumps(indent=1)``)."""
+        text = json.dumps(self._raw(_SPLITS_PLACEHOLDER), indent=1)
+        head, tail = text.split(json.dumps(_SPLITS_PLACEHOLDER))
+        yield head
+        if not self.splits:
+            yield "{}"
+        for i, (name, chunks) in enumerate(self.splits.items()):
+            yield ("{\n  " if i == 0 else ",\n  ") + json.dumps(name) + ": "
+            if not len(chunks):
+                yield "[]"
+                continue
+            yield "["
+            for at in range(0, len(chunks), _DIGEST_SLAB):
+                slab = chunks[at : at + _DIGEST_SLAB].tolist()
+                yield ("" if at == 0 else ",") + "\n   " + ",\n   ".join(map(str, slab))
+            yield "\n  ]"
+        if self.splits:
+            yield "\n }"
+        yield tail
 
     def sample_range_of(self, split: str | None = None) -> tuple[int, int]:
         """Half-open range of sample indices ``split`` may hold: its own range when the manifest
@@ -194,6 +226,10 @@ class SplitManifest:
         (format ``insitu.SplitManifest/1``); one with them is ``/2``, which adds
         ``ranges``, ``coord_dim`` and ``coord_ranges``.
         """
+        return json.dumps(self._raw({k: v.tolist() for k, v in self.splits.items()}), indent=1)
+
+    def _raw(self, splits: Any) -> dict[str, Any]:
+        """What :meth:`to_json` writes, with ``splits`` as the value of its ``"splits"`` key."""
         extended = self.ranges is not None or self.coord_ranges is not None
         raw: dict[str, Any] = {
             "format": _FORMAT_RANGES if extended else _FORMAT,
@@ -205,7 +241,7 @@ class SplitManifest:
             "contiguous": self.contiguous,
             "sample_axis": self.sample_axis,
             "sample_dim": self.sample_dim,
-            "splits": {k: v.tolist() for k, v in self.splits.items()},
+            "splits": splits,
         }
         if extended:
             raw["ranges"] = None if self.ranges is None else {k: list(v) for k, v in self.ranges.items()}
@@ -213,7 +249,7 @@ class SplitManifest:
             raw["coord_ranges"] = (
                 None if self.coord_ranges is None else {k: list(v) for k, v in self.coord_ranges.items()}
             )
-        return json.dumps(raw, indent=1)
+        return raw
 
     @classmethod
     def from_json(cls, text: str) -> SplitManifest:
