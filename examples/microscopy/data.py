@@ -366,7 +366,7 @@ def open_ome(
     geoms = insitu.open_geometries(
         store,
         [image_path, mask_path],
-        sample_axis={image_path: axes.index("z"), mask_path: label_axes.index("z")},
+        sample_dim={image_path: axes.index("z"), mask_path: label_axes.index("z")},
     )
     image, mask = geoms[image_path], geoms[mask_path]
     chosen: dict[str | int, Any] = {}

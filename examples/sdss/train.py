@@ -95,7 +95,7 @@ class LayoutRun:
 
 def open_layout(store: Any, group: str, *, flux: str, ivar: str, sample_dim: str | None) -> list[Any]:
     """The flux and ivar geometries of one layout, labelled ``flux`` and ``ivar`` in batches."""
-    geoms = insitu.open_geometries(store, [flux, ivar], sample_axis=sample_dim, path=group)
+    geoms = insitu.open_geometries(store, [flux, ivar], sample_dim=sample_dim, path=group)
     return [geoms[flux].named("flux"), geoms[ivar].named("ivar")]
 
 

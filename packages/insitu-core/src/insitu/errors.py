@@ -37,9 +37,20 @@ class DatasetClosedError(InSituError, RuntimeError):
 
 
 class MetadataError(ConfigError):
-    """An array's stored metadata is impossible or past what insitu can plan (a size that is zero,
-    negative, or beyond a limit): the message names the array, the value and the limit. Default
-    discovery skips such an array with a warning; naming it in ``variables=`` raises this."""
+    """A store's Zarr metadata is unreadable, or impossible or past what insitu can plan.
+
+    Unreadable (truncated JSON, an unknown ``data_type``): the message names the
+    document, and ``key`` holds it (``t2m/zarr.json``; None when no single
+    document could be blamed). Impossible (a size that is zero, negative, or
+    beyond a limit): the message names the array, the value and the limit;
+    default discovery skips such an array with a warning, naming it in
+    ``variables=`` raises this. A ConfigError, so code catching bad input keeps
+    catching it; the command line reports it as a store problem (exit 1).
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class CacheDiskFullError(InSituError, OSError):

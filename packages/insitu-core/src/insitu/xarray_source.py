@@ -60,7 +60,7 @@ def geometries_from_xarray(
     paths = {name: arr.path for name, (arr, _) in backing.items()}
     group = _common_group(paths)
     relative = [p[len(group) + 1 :] if group else p for p in paths.values()]
-    geoms = open_geometries(store, relative, sample_dim, path=group)  # None: discovery's default
+    geoms = open_geometries(store, relative, sample_dim=sample_dim, path=group)  # None: discovery's default
     renamed = Geometries()
     for name, rel in zip(names, relative, strict=True):
         g = geoms[rel]
@@ -103,7 +103,7 @@ def from_xarray(
         from insitu.store.opener import open_store
 
         store = open_store(ds)
-        geoms = open_geometries(store, variables, sample_dim)
+        geoms = open_geometries(store, variables, sample_dim=sample_dim)
         geoms = Geometries(select(geoms, sel=sel, isel=isel)) if (sel or isel) else geoms
         cf_decode: Any = dataset_options.pop("cf_decode", True)
     else:

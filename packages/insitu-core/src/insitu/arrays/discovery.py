@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections import Counter
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import replace
@@ -18,6 +19,7 @@ from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.arrays.lazycoords import LazyCoords
 from insitu.errors import ConfigError, MetadataError, StoreTimeoutError
 from insitu.store.loop import run_sync, submit
+from insitu.store.metadata import blame_metadata, is_metadata_failure
 from insitu.store.opener import redact_urls
 from insitu.store.retry import RetryPolicy
 
@@ -54,7 +56,7 @@ class Geometries(dict[str, ArrayGeometry]):
                 ready = not isinstance(self.coords, LazyCoords) or self.coords.ready
                 axis = self.coords.get(self.sample_dim) if ready else None
                 kind = "the time axis" if axis is not None and axis.dtype.kind == "M" else "the dimension"
-                how = f"chosen by default: {kind} leading the data variables; pass sample_axis= to choose"
+                how = f"chosen by default: {kind} leading the data variables; pass sample_dim= to choose"
             parts.append(f"sample dimension {self.sample_dim!r} ({how})")
         statics = [n for n, g in self.items() if g.static]
         parts.append(f"arrays {list(self)}" + (f", of which static {statics}" if statics else ""))
@@ -68,16 +70,21 @@ def open_geometries(
     variables: Iterable[str] | None = None,
     sample_axis: SampleAxis | Mapping[str, SampleAxis] | None = None,
     *,
+    sample_dim: SampleAxis | Mapping[str, SampleAxis] | None = None,
     path: str = "",
     include_static: bool = False,
     sel: Mapping[str, Any] | None = None,
     isel: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    cf_decode: Any = None,
 ) -> Geometries:
     """Describe the arrays of a Zarr group: ``{name: ArrayGeometry}``.
 
-    ``sample_axis`` is an axis number, a dimension name (``"time"``), or a
-    mapping from array name to either. ``None`` (the default): when the arrays
+    ``sample_dim`` is the sample dimension's name (``"time"``), an axis number
+    for arrays that do not name their dimensions, or a mapping from array
+    name to either; a name no array has is an error listing the dimensions
+    that exist. ``sample_axis=`` is its former spelling (deprecated, same
+    meaning). ``None`` (the default): when the arrays
     name their dimensions (zarr v3 ``dimension_names`` or xarray's
     ``_ARRAY_DIMENSIONS``), the dimension that is the first dimension of most
     data variables (ties: the one most variables have), logged and recorded in
@@ -101,10 +108,21 @@ def open_geometries(
     not answer within :meth:`RetryPolicy.longest_call_s` raises :class:`StoreTimeoutError` naming
     the store and the limit, whoever built the store.
 
+    Geometries describe the stored arrays; CF decoding happens when a dataset
+    reads them, so ``cf_decode`` is an option of :class:`InSituDataset` and
+    ``from_xarray`` (passing it here raises a ConfigError saying so).
+
     Raises ConfigError naming the bad value for a malformed ``variables`` or
-    ``sample_axis`` (a mapping naming an array that is not read included),
-    and naming the array and its shape for one whose sample axis is empty.
+    ``sample_dim`` (a mapping naming an array that is not read included, a
+    dimension no array has), and naming the array and its shape for one
+    whose sample axis is empty.
     """
+    if cf_decode is not None:
+        raise ConfigError(
+            f"cf_decode={cf_decode!r} is an option of InSituDataset(...) and from_xarray(...), not of "
+            "open_geometries: geometries describe the stored arrays, the dataset decodes what it reads"
+        )
+    sample_axis = _sample_dim_argument(sample_dim, sample_axis)
     wanted = _variable_names(variables)
     explicit = wanted is not None
     if sample_axis is not None:
@@ -124,6 +142,8 @@ def open_geometries(
     coords, coord_attrs = LazyCoords.pair(submit(_read_coordinates(store, path, all_dims)))
     if sample_axis is None:
         sample_axis = _default_sample_axis({n: dims[n] for n in chosen}, coords)
+    elif isinstance(sample_axis, str):
+        _check_dimension_exists(sample_axis, {n: dims[n] for n in chosen})
     out = _geometries(chosen, sample_axis, explicit, include_static, skipped, variables, broken)
     for name, geom in out.items():
         out[name] = replace(geom, coords=coords, coord_attrs=coord_attrs)
@@ -150,13 +170,18 @@ def _open_arrays_sync(
     members whose metadata zarr cannot read go to ``broken``, with why; the reads bounded by
     ``policy``'s longest call."""
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
-    opened = run_sync(_bounded(_open_arrays(store, path, wanted, broken), store, policy))
+    try:
+        opened = run_sync(_bounded(_open_arrays(store, path, wanted, broken), store, policy))
+    except Exception as exc:
+        if not is_metadata_failure(exc):
+            raise
+        raise run_sync(blame_metadata(store, path, exc)) from exc
     chosen = {name: zarr.Array(a) for name, a in opened.items()}
     if isinstance(sample_axis, Mapping):
         unknown = sorted(set(sample_axis) - set(chosen))
         if unknown:
             raise ConfigError(
-                f"sample_axis names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
+                f"sample_dim names unknown array(s) {unknown}; the arrays read are {sorted(chosen)}"
             )
     return chosen
 
@@ -203,7 +228,7 @@ def _geometries(
         logger.warning("open_geometries: skipped array %r: %s", name, why)
     if not out:
         raise ConfigError(
-            f"no array in the store matches variables={variables!r}, sample_axis={sample_axis!r}"
+            f"no array in the store matches variables={variables!r}, sample_dim={sample_axis!r}"
             + (f" (skipped: {skipped})" if skipped else "")
         )
     return out
@@ -253,13 +278,43 @@ def _variable_names(variables: Iterable[str] | None) -> list[str] | None:
     return names
 
 
+def _sample_dim_argument(sample_dim: Any, sample_axis: Any) -> Any:
+    """``sample_dim``, or the deprecated ``sample_axis`` standing in for it (not both)."""
+    if sample_axis is None:
+        return sample_dim
+    if sample_dim is not None:
+        raise ConfigError(
+            f"pass the sample dimension once: sample_dim={sample_dim!r} (sample_axis={sample_axis!r} "
+            "is its deprecated spelling)"
+        )
+    warnings.warn(
+        "open_geometries(sample_axis=...) is deprecated: pass sample_dim= (the dimension's name, "
+        "or an axis number for arrays without names)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return sample_axis
+
+
+def _check_dimension_exists(dim: str, dims: Mapping[str, tuple[str | None, ...] | None]) -> None:
+    """A sample dimension named by the user is one some array has: otherwise every array would
+    quietly become static."""
+    known = sorted({d for names in dims.values() if names for d in names if d})
+    # Arrays that do not name their dimensions get their own error, per array, further on.
+    if known and dim not in known:
+        raise ConfigError(
+            f"sample_dim {dim!r} is not a dimension of the arrays read ({sorted(dims)}); "
+            f"their dimensions are {known}"
+        )
+
+
 def _check_sample_axis(sample_axis: Any) -> None:
     """An axis number, a dimension name, or a mapping from array name to either."""
     specs = sample_axis.items() if isinstance(sample_axis, Mapping) else [(None, sample_axis)]
     for name, spec in specs:
         if not (is_integer(spec) or (isinstance(spec, str) and spec)):
             where = "" if name is None else f" for array {name!r}"
-            raise ConfigError(f"sample_axis must be an axis number or a dimension name{where}, got {spec!r}")
+            raise ConfigError(f"sample_dim must be a dimension name or an axis number{where}, got {spec!r}")
 
 
 async def _bounded(opening: Coroutine[Any, Any, T], store: Store, policy: RetryPolicy) -> T:
@@ -317,7 +372,7 @@ async def _members(store: Store, path: str, broken: dict[str, str] | None = None
         except _NOT_FOUND:
             message = f"no Zarr array or group at {store!r} path {path!r}: {exc}"
             shown = redact_urls(message)  # a store built elsewhere may show its URL's password
-            raise ConfigError(shown) from (exc if shown == message else None)
+            raise MetadataError(shown) from (exc if shown == message else None)
         return {arr.basename or "data": arr}
     try:
         found = [item async for item in group.arrays()]
@@ -412,7 +467,7 @@ def _geometry_or_none(
             if explicit:
                 raise ConfigError(
                     f"array {name!r} does not name its dimensions, so it has no dimension {axis_spec!r}; "
-                    "give sample_axis as an axis number for it"
+                    "give sample_dim as an axis number for it"
                 )
             skipped[name] = f"its dimensions are unnamed (no {axis_spec!r})"
             return None

@@ -67,7 +67,7 @@ def _given(
     sample_axis: str | int,
 ) -> list[ArrayGeometry]:
     if geometries is None:
-        geoms = list(open_geometries(store, sample_axis=sample_axis).values())
+        geoms = list(open_geometries(store, sample_dim=sample_axis).values())
     elif isinstance(geometries, Mapping):
         # The keys name the batch fields: {"x": g, "y": g.shift(3)} gives batches keyed x and y.
         geoms = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,9 +22,12 @@ look after the persisted cache, from a shell.
 Each subcommand has its own --help. Options common to those that open a store:
 a path or URL (file://, s3://, gs://, az://, https://, memory://), and
 --storage-options '{"anon": true}' in the fsspec spelling. Add --json for
-output a script can read. Exit status: 0 on success, 1 when the subcommand
-found a problem (a corrupt cache, a transform that breaks its declaration), 2
-on bad usage.
+output a script can read. Exit status: 0 on success; 2 on bad usage (an
+option, or a name that does not exist: a sample dimension, a variable, a
+transform, a URL scheme); 1 when what the URL points at fails (missing,
+unreachable, refusing, corrupt metadata) or the subcommand found a problem (a
+corrupt cache, a transform that breaks its declaration). A failure is one line
+on stderr; --debug (or INSITU_DEBUG=1) shows its traceback.
 """
 
 
@@ -38,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"insitu {__version__}")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log to stderr: -v for INFO, -vv for DEBUG"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure (also INSITU_DEBUG=1)"
     )
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name, registration in sorted(get_registry().entries("commands").items()):
@@ -68,13 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a clear one-line error, not a traceback, for what users get wrong
-        from insitu.errors import InSituError
+    except Exception as exc:  # one line naming what is at fault, not a traceback
+        if args.debug or os.environ.get("INSITU_DEBUG", "") not in ("", "0"):
+            raise
+        from insitu.cli.failures import exit_status, one_line
 
-        if isinstance(exc, (InSituError, ValueError, FileNotFoundError, PermissionError)):
-            print(f"insitu: error: {exc}", file=sys.stderr)
-            return 2 if isinstance(exc, ValueError) else 1
-        raise
+        print(f"insitu: error: {one_line(exc)}", file=sys.stderr)
+        return exit_status(exc)
 
 
 def entry_point() -> None:

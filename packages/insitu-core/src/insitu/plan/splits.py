@@ -346,6 +346,7 @@ def split_by_chunk(
     """
     if not isinstance(geom, ArrayGeometry):
         raise ConfigError(f"split_by_chunk splits an ArrayGeometry, got {type(geom).__name__}: {geom!r}")
+    _refuse_static(geom, "split_by_chunk")
     fracs = _fractions(fractions)
     names = _names(names, fracs)
     seed = seed_value("seed", seed)  # checked even when contiguous: a bad seed is a mistake either way
@@ -421,6 +422,7 @@ def split_by_coord(
     """
     if not isinstance(geom, ArrayGeometry):
         raise ConfigError(f"split_by_coord splits an ArrayGeometry, got {type(geom).__name__}: {geom!r}")
+    _refuse_static(geom, "split_by_coord")
     given = _coord_ranges(ranges)
     dim = _coord_dim(geom, dim)
     coord = _coordinate(geom, dim)
@@ -669,6 +671,16 @@ def _nanoseconds(stamp: np.datetime64) -> int:
     if unit not in _WHOLE_DAYS:
         ns += int((stamp - day).astype("timedelta64[ns]").astype(np.int64))
     return ns
+
+
+def _refuse_static(geom: ArrayGeometry, how: str) -> None:
+    """A static array has no sample axis: splitting it would split along whatever axis 0 is."""
+    if geom.static:
+        dims = list(geom.dimension_names) if geom.dimension_names else f"shape {geom.shape}"
+        raise ConfigError(
+            f"{how}: array {geom.label!r} is static (dimensions {dims}, no sample dimension), so it "
+            "has no samples to split; split an array that has the sample dimension"
+        )
 
 
 def _coord_ranges(ranges: Any) -> dict[str, tuple[Any, Any]]:

@@ -56,6 +56,9 @@ SCHEME_PACKAGES: dict[str, str] = {
     "arraylake": "insitu-stores[arraylake]",
 }
 
+#: Scheme prefix of insitu.testing's fault-injection stores (drills, never suggested to users).
+FAULTS_PREFIX = "faults+"
+
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 #: What stands in for a credential in a shown URL.
@@ -150,10 +153,7 @@ def open_store(
         try:
             builder = registry.store_for_scheme(scheme).obj
         except PluginNotFoundError as exc:
-            package = SCHEME_PACKAGES.get(scheme)
-            hint = f"; install one with: pip install '{package}'" if package else _cloud_hint()
-            known = [s for s in exc.known if s]  # "" is plain paths, not a scheme to type
-            raise UnknownSchemeError("URL schemes", scheme, known, hint) from None
+            raise _unknown_scheme(scheme, exc.known) from None
     if "storage_options" in options:
         _route_storage_options(builder, options)
     try:
@@ -201,12 +201,27 @@ def _route_storage_options(builder: Any, options: dict[str, Any]) -> None:
     options["storage_options"] = dict(given)
 
 
-def _cloud_hint() -> str:
-    by_package: dict[str, list[str]] = {}
-    for scheme, package in SCHEME_PACKAGES.items():
-        by_package.setdefault(package, []).append(scheme)
-    listed = "; ".join(f"{', '.join(s)}: pip install '{p}'" for p, s in by_package.items())
-    return f"; cloud schemes come from plugins ({listed})"
+def _unknown_scheme(scheme: str, registered: tuple[str, ...]) -> UnknownSchemeError:
+    """The error for a scheme no plugin serves, kept to what a user can act on.
+
+    Fault-injection schemes (``faults+s3``) are drills for tests, not places a
+    user means to read from: they are neither listed nor suggested, and the
+    install hint names only packages that are missing.
+    """
+    # "" is plain paths, not a scheme to type.
+    known = [s for s in registered if s and not s.startswith(FAULTS_PREFIX)]
+    package = SCHEME_PACKAGES.get(scheme.removeprefix(FAULTS_PREFIX))
+    if package:
+        hint = f"; install it with: pip install '{package}'"
+    else:
+        missing: dict[str, list[str]] = {}
+        for name, pkg in SCHEME_PACKAGES.items():
+            if name not in registered:
+                missing.setdefault(pkg, []).append(name)
+        hint = "".join(
+            f"; {', '.join(names)}: pip install '{pkg}'" for pkg, names in missing.items()
+        )
+    return UnknownSchemeError("URL schemes", scheme, known, hint)
 
 
 def local_store(url: str, *, read_only: bool = True) -> LocalStore:

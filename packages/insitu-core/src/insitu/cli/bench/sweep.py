@@ -72,7 +72,7 @@ def open_target(args: argparse.Namespace) -> tuple[Target, float]:
 
     started = time.perf_counter()
     store = open_store_from_args(args)
-    geoms = insitu.open_geometries(store, args.variables, args.sample_dim, path=args.path)
+    geoms = insitu.open_geometries(store, args.variables, sample_dim=args.sample_dim, path=args.path)
     moving = [g for g in geoms.values() if not g.static]
     if not moving:
         raise insitu.ConfigError(f"no array of {args.url} has a sample dimension to batch along")
