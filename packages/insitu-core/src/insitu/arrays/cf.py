@@ -166,6 +166,21 @@ def cf_encoding(metadata: Mapping[str, Any], *, name: str = "") -> CFEncoding | 
     return _encoding_from(attrs, stored, zarr_fill, name)
 
 
+def cf_fill_value(metadata: Mapping[str, Any], *, name: str = "") -> Number | None:
+    """The array's CF ``_FillValue`` as a number (base64 float fill values decoded), or None.
+
+    On zarr v2 written by xarray it is the zarr ``fill_value`` (see the module docstring).
+    """
+    stored = _stored_dtype(metadata, name)
+    if stored is None:
+        return None
+    attrs = _attributes(metadata.get("attributes"), name)
+    value = attrs.get("_FillValue")
+    if value is None and metadata.get("zarr_format") == 2 and DIMENSIONS_KEY in attrs:
+        value = metadata.get("fill_value")
+    return _fill_attr(value, stored, name, "_FillValue")
+
+
 def _attributes(attrs: Any, name: str) -> Mapping[str, Any]:
     if attrs is None:
         return {}

@@ -31,6 +31,22 @@ on stderr; --debug (or INSITU_DEBUG=1) shows its traceback.
 """
 
 
+#: Subcommands that plugin packages add, and the package to install for each.
+PLUGIN_COMMANDS = {"check-transform": "insitu-transforms"}
+
+
+class _MissingPluginCommand:
+    """Stands in for a plugin's subcommand whose package is not installed."""
+
+    def __init__(self, name: str, package: str) -> None:
+        self.name, self.package = name, package
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise ModuleNotFoundError(
+            f"insitu {self.name} comes with the {self.package} package: pip install {self.package}"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every registered subcommand."""
     from insitu import __version__
@@ -47,7 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback of a failure (also INSITU_DEBUG=1)"
     )
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for name, registration in sorted(get_registry().entries("commands").items()):
+    registered = get_registry().entries("commands")
+    for name, package in sorted(PLUGIN_COMMANDS.items()):
+        if name not in registered:  # typed from the docs: say what to install, not "invalid choice"
+            child = sub.add_parser(name, help=f"(needs {package}: pip install {package})", add_help=False)
+            child.add_argument("rest", nargs=argparse.REMAINDER)
+            child.set_defaults(command=_MissingPluginCommand(name, package))
+    for name, registration in sorted(registered.items()):
         command = registration.obj
         doc = getattr(command, "description", None) or getattr(command, "__doc__", None) or command.help
         child = sub.add_parser(

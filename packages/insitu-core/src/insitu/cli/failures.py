@@ -43,7 +43,7 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, KeyError) and type(exc).__str__ is KeyError.__str__:
         text = text.strip("'\"")  # KeyError shows its key quoted
     text = _ERRNO.sub("", _SPACE.sub("; ", text))
-    if not isinstance(exc, (InSituError, OSError, ValueError, LookupError)) or not text:
+    if not isinstance(exc, (InSituError, OSError, ValueError, LookupError, ImportError)) or not text:
         # Not a message written for users: say what kind of failure it was, and how to see more.
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         text += " (--debug shows the traceback)"

@@ -21,6 +21,21 @@ from insitu.cli.common import add_store_arguments, open_store_from_args, print_t
 SAMPLED_CHUNKS = 3
 #: block_chunks values whose memory the report lists.
 BLOCK_CHUNKS = (1, 4, 16, 64)
+#: Attributes shown in the CF column.
+CF_ATTRIBUTES = (
+    "units",
+    "calendar",
+    "scale_factor",
+    "add_offset",
+    "_FillValue",
+    "missing_value",
+    "valid_min",
+    "valid_max",
+    "valid_range",
+    "_Unsigned",
+    "long_name",
+    "standard_name",
+)
 
 
 class InspectCommand:
@@ -52,76 +67,119 @@ class InspectCommand:
 
 
 def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) -> dict[str, Any]:
-    """The report ``insitu inspect`` prints, as a JSON-able dict."""
+    """The report ``insitu inspect`` prints, as a JSON-able dict.
+
+    Raises ConfigError naming an unknown ``sample_dim`` (and the dimensions
+    that exist), MetadataError naming a metadata document zarr cannot read.
+    """
     import insitu
 
-    root = zarr.open_group(store=store, path=path, mode="r")
+    root, members = _open_group(store, path)
     groups = [path or "/"] + [
-        f"{path}/{name}".lstrip("/") for name, m in root.members(max_depth=None) if isinstance(m, zarr.Group)
+        f"{path}/{name}".lstrip("/") for name, m in members if isinstance(m, zarr.Group)
     ]
-    arrays = {name: m for name, m in root.members(max_depth=None) if isinstance(m, zarr.Array)}
+    arrays = {name: m for name, m in members if isinstance(m, zarr.Array)}
     try:
-        geoms = insitu.open_geometries(store, sample_axis=sample_dim, path=path, include_static=True)
-        batching: dict[str, Any] = {
-            "sample_dim": geoms.sample_dim,
-            "chosen_by_default": geoms.chosen_by_default,
-            "arrays": {
-                n: ("static" if g.static else g.sample_dim or f"axis {g.sample_axis}")
-                for n, g in geoms.items()
-            },
-            "skipped": geoms.skipped,
-        }
-        slab_bytes = sum(_decoded_slab_nbytes(g) for g in geoms.values() if not g.static)
-        pool = {str(k): slab_bytes * k for k in BLOCK_CHUNKS}
-        coords = {
-            dim: {"size": int(v.size), "first": _show(v[0]), "last": _show(v[-1]), "dtype": str(v.dtype)}
-            for dim, v in geoms.coords.items()
-        }
+        geoms = insitu.open_geometries(store, sample_dim=sample_dim, path=path, include_static=True)
     except insitu.ConfigError as exc:
-        batching, pool, coords = {"error": str(exc)}, {}, {}
+        if sample_dim is not None or isinstance(exc, insitu.MetadataError):
+            raise  # something the user typed, or a broken store: the command fails
+        # Nothing insitu would batch (no numeric array of 2+ dims): the rest is still worth showing.
+        return _report(store, groups, arrays, None, {"error": str(exc)}, {}, {})
+    batching: dict[str, Any] = {
+        "sample_dim": geoms.sample_dim,
+        "chosen_by_default": geoms.chosen_by_default,
+        "arrays": {
+            n: ("static" if g.static else g.sample_dim or f"axis {g.sample_axis}") for n, g in geoms.items()
+        },
+        "skipped": geoms.skipped,
+    }
+    moving = [g for g in geoms.values() if not g.static]
+    # A block never holds more chunks than the array has along the sample dimension.
+    pool = {str(k): sum(_decoded_slab_nbytes(g) * min(k, g.n_slabs) for g in moving) for k in BLOCK_CHUNKS}
+    coords = {
+        dim: {"size": int(v.size), "first": _show(v[0]), "last": _show(v[-1]), "dtype": str(v.dtype)}
+        for dim, v in geoms.coords.items()
+    }
+    return _report(store, groups, arrays, geoms, batching, pool, coords)
+
+
+def _open_group(store: Any, path: str) -> tuple[zarr.Group, list[tuple[str, Any]]]:
+    """The group at ``path`` and all its members, with metadata errors naming their document."""
+    from insitu.errors import MetadataError
+    from insitu.store.loop import run_sync
+    from insitu.store.metadata import blame_metadata, is_metadata_failure
+
+    try:
+        root = zarr.open_group(store=store, path=path, mode="r")
+        return root, list(root.members(max_depth=None))
+    except FileNotFoundError as exc:  # zarr's GroupNotFoundError: a directory that is not Zarr
+        where = f"path {path!r} of " if path else ""
+        raise MetadataError(f"no Zarr group at {where}{store}: {exc}") from exc
+    except Exception as exc:
+        if not is_metadata_failure(exc):
+            raise
+        raise run_sync(blame_metadata(store, path, exc)) from exc
+
+
+def _report(
+    store: Any,
+    groups: list[str],
+    arrays: Mapping[str, zarr.Array],
+    geoms: Mapping[str, Any] | None,
+    batching: dict[str, Any],
+    pool: dict[str, int],
+    coords: dict[str, Any],
+) -> dict[str, Any]:
+    geoms = geoms or {}
     return {
         "store": repr(store),
         "groups": groups,
-        "arrays": {name: _describe(arr) for name, arr in sorted(arrays.items())},
+        "arrays": {name: _describe(arr, geoms.get(name)) for name, arr in sorted(arrays.items())},
         "coordinates": coords,
         "batching": batching,
         "pool_bytes_per_block_chunks": pool,
     }
 
 
-def _describe(arr: zarr.Array) -> dict[str, Any]:
+def _describe(arr: zarr.Array, geom: Any) -> dict[str, Any]:
+    """One array: its layout, sizes, dtypes on disk and as delivered, fill values, its role."""
+    from insitu.arrays.cf import cf_encoding, cf_fill_value
+
     meta: dict[str, Any] = dict(arr.metadata.to_dict())
     attrs: dict[str, Any] = dict(arr.attrs)
     dims = meta.get("dimension_names") or attrs.get("_ARRAY_DIMENSIONS")
-    cf = {
-        k: attrs[k]
-        for k in (
-            "units",
-            "calendar",
-            "scale_factor",
-            "add_offset",
-            "_FillValue",
-            "missing_value",
-            "valid_min",
-            "valid_max",
-            "valid_range",
-            "_Unsigned",
-            "long_name",
-            "standard_name",
-        )
-        if k in attrs
-    }
+    cf = {k: attrs[k] for k in CF_ATTRIBUTES if k in attrs}
+    if "_FillValue" in cf:  # base64 on v3 for float data: show the number it encodes
+        cf["_FillValue"] = _show(cf_fill_value(meta, name=arr.name))
     shards = getattr(arr, "shards", None)
+    grid = [math.ceil(s / c) for s, c in zip(arr.shape, arr.chunks, strict=True)]
+    encoding = cf_encoding(meta, name=arr.name)
+    delivered = encoding.default_dtype() if encoding is not None else np.dtype(arr.dtype)
+    if geom is None:
+        role, along = "not batched", None
+    elif geom.static:
+        role, along = "static", None
+    else:
+        role, along = "samples", geom.n_slabs
     return {
         "dims": list(dims) if dims else None,
         "shape": list(arr.shape),
         "dtype": str(arr.dtype),
+        "dtype_delivered": str(delivered),
         "chunks": list(arr.chunks),
         "shards": list(shards) if shards else None,
+        "chunk_count": math.prod(grid),
+        "chunk_count_along_sample_dim": along,
+        "stored_bytes": int(arr.nbytes_stored()),
+        "decoded_bytes": int(arr.nbytes),
+        "delivered_bytes": int(arr.size) * delivered.itemsize,
         "zarr_format": meta.get("zarr_format"),
         "codecs": _codecs(meta),
         "fill_value": _show(arr.fill_value),
+        "cf_fill_value": _show(cf_fill_value(meta, name=arr.name)),
         "compression_ratio": _compression_ratio(arr),
+        "role": role,
         "cf": cf,
     }
 
@@ -181,6 +239,18 @@ def _decoded_slab_nbytes(geom: Any) -> int:
     return int(output_spec(geom, [decode] if decode is not None else []).nbytes)
 
 
+def _chunk_counts(a: Mapping[str, Any]) -> str:
+    along = a["chunk_count_along_sample_dim"]
+    return str(a["chunk_count"]) if along is None else f"{along} along / {a['chunk_count']}"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def _show(value: Any) -> Any:
     if isinstance(value, np.datetime64):
         return str(np.datetime_as_string(value, unit="s"))
@@ -198,19 +268,36 @@ def render(report: Mapping[str, Any]) -> str:
         [
             name,
             " x ".join(map(str, a["shape"])),
-            a["dtype"],
             ",".join(a["dims"] or ["?"]),
             "x".join(map(str, a["chunks"])),
+            _chunk_counts(a),
             "x".join(map(str, a["shards"])) if a["shards"] else "-",
             "+".join(a["codecs"]) or "-",
             f"{a['compression_ratio']:.2f}" if a["compression_ratio"] else "-",
+            _size(a["stored_bytes"]),
+            _size(a["decoded_bytes"]),
+        ]
+        for name, a in report["arrays"].items()
+    ]
+    lines += print_table(
+        ["array", "shape", "dims", "chunks", "n chunks", "shards", "codecs", "ratio", "stored", "decoded"],
+        rows,
+    )
+    rows = [
+        [
+            name,
+            a["dtype"] if a["dtype"] == a["dtype_delivered"] else f"{a['dtype']} -> {a['dtype_delivered']}",
+            a["fill_value"],
+            "-" if a["cf_fill_value"] is None else a["cf_fill_value"],
+            a["role"],
             ", ".join(f"{k}={v}" for k, v in a["cf"].items() if k not in ("long_name", "standard_name"))
             or "-",
         ]
         for name, a in report["arrays"].items()
     ]
+    lines.append("")
     lines += print_table(
-        ["array", "shape", "dtype", "dims", "chunks", "shards", "codecs", "ratio", "CF"], rows
+        ["array", "dtype (stored -> delivered)", "fill_value", "_FillValue", "role", "CF"], rows
     )
     coords = report["coordinates"]
     if coords:
@@ -235,7 +322,8 @@ def render(report: Mapping[str, Any]) -> str:
     if report["pool_bytes_per_block_chunks"]:
         lines.append("")
         lines.append(
-            "pool memory for one block of chunks (CF-decoded; before read-ahead and other transforms):"
+            "pool memory for one block of chunks (CF-decoded, at most the chunks that exist; "
+            "before read-ahead and other transforms):"
         )
         for k, n in report["pool_bytes_per_block_chunks"].items():
             lines.append(f"  block_chunks={k:<4} {n / 2**20:10.1f} MiB")

@@ -218,9 +218,7 @@ def _unknown_scheme(scheme: str, registered: tuple[str, ...]) -> UnknownSchemeEr
         for name, pkg in SCHEME_PACKAGES.items():
             if name not in registered:
                 missing.setdefault(pkg, []).append(name)
-        hint = "".join(
-            f"; {', '.join(names)}: pip install '{pkg}'" for pkg, names in missing.items()
-        )
+        hint = "".join(f"; {', '.join(names)}: pip install '{pkg}'" for pkg, names in missing.items())
     return UnknownSchemeError("URL schemes", scheme, known, hint)
 
 

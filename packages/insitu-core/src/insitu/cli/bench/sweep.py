@@ -6,6 +6,7 @@ import argparse
 import itertools
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,10 +73,25 @@ def open_target(args: argparse.Namespace) -> tuple[Target, float]:
 
     started = time.perf_counter()
     store = open_store_from_args(args)
-    geoms = insitu.open_geometries(store, args.variables, sample_dim=args.sample_dim, path=args.path)
+    sample_dim = args.sample_dim
+    if args.variables:
+        # The store's sample dimension, not one guessed from the named arrays alone: named on its
+        # own, a static field (lsm) would lead with latitude and be benchmarked along it.
+        whole = insitu.open_geometries(store, sample_dim=sample_dim, path=args.path, include_static=True)
+        sample_dim = whole.sample_dim if sample_dim is None else sample_dim
+        if all(v in whole and whole[v].static for v in args.variables):
+            raise insitu.ConfigError(
+                f"--variables {' '.join(args.variables)}: static (no {sample_dim!r} dimension), "
+                f"nothing to batch; name a variable along {sample_dim!r}: "
+                f"{sorted(n for n, g in whole.items() if not g.static)}"
+            )
+    geoms = insitu.open_geometries(store, args.variables, sample_dim=sample_dim, path=args.path)
     moving = [g for g in geoms.values() if not g.static]
+    statics = [g.label for g in geoms.values() if g.static]
     if not moving:
         raise insitu.ConfigError(f"no array of {args.url} has a sample dimension to batch along")
+    if statics:
+        print(f"static (read once, delivered with every batch): {', '.join(statics)}", file=sys.stderr)
     manifest = insitu.split_by_chunk(moving[0], (1.0,), names=("train",))
     open_s = time.perf_counter() - started
     target = Target(
