@@ -74,7 +74,7 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
     """
     import insitu
 
-    root, members = _open_group(store, path)
+    members = _group_members(store, path)
     groups = [path or "/"] + [
         f"{path}/{name}".lstrip("/") for name, m in members if isinstance(m, zarr.Group)
     ]
@@ -104,15 +104,15 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
     return _report(store, groups, arrays, geoms, batching, pool, coords)
 
 
-def _open_group(store: Any, path: str) -> tuple[zarr.Group, list[tuple[str, Any]]]:
-    """The group at ``path`` and all its members, with metadata errors naming their document."""
+def _group_members(store: Any, path: str) -> list[tuple[str, Any]]:
+    """Every member of the group at ``path``, with metadata errors naming their document."""
     from insitu.errors import MetadataError
     from insitu.store.loop import run_sync
     from insitu.store.metadata import blame_metadata, is_metadata_failure
 
     try:
         root = zarr.open_group(store=store, path=path, mode="r")
-        return root, list(root.members(max_depth=None))
+        return list(root.members(max_depth=None))
     except FileNotFoundError as exc:  # zarr's GroupNotFoundError: a directory that is not Zarr
         where = f"path {path!r} of " if path else ""
         raise MetadataError(f"no Zarr group at {where}{store}: {exc}") from exc
