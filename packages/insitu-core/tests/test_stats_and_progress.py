@@ -104,14 +104,15 @@ print("DONE-MARKER")
 """
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_the_progress_bar_renders_in_a_terminal_and_ends_cleanly(tmp_path: Path) -> None:
-    pytest.importorskip("tqdm")
+def _screen_of(script_text: str, tmp_path: Path, *, width: int = 100) -> tuple[list[str], str]:
+    """The non-empty lines a ``width`` x 20 terminal (tmux) shows after running the script, and the pane."""
     script = tmp_path / "progress.py"
-    script.write_text(PROGRESS_SCRIPT.format(tests=str(Path(__file__).parent), path=str(tmp_path / "s.zarr")))
+    script.write_text(script_text)
     session = f"insitu-progress-{time.monotonic_ns()}"
     command = f"{sys.executable} {script}; echo EXIT=$?; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "20", command], check=True)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", "20", command], check=True
+    )
     try:
         deadline = time.monotonic() + 60
         pane = ""
@@ -124,7 +125,14 @@ def test_the_progress_bar_renders_in_a_terminal_and_ends_cleanly(tmp_path: Path)
             time.sleep(0.2)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-    lines = [line.rstrip() for line in pane.splitlines() if line.strip()]
+    return [line.rstrip() for line in pane.splitlines() if line.strip()], pane
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_progress_bar_renders_in_a_terminal_and_ends_cleanly(tmp_path: Path) -> None:
+    pytest.importorskip("tqdm")
+    script = PROGRESS_SCRIPT.format(tests=str(Path(__file__).parent), path=str(tmp_path / "s.zarr"))
+    lines, pane = _screen_of(script, tmp_path)
     assert "EXIT=0" in lines, pane
     bar = [line for line in lines if line.startswith("train epoch 0:")]
     assert len(bar) == 1, pane  # one bar, redrawn in place: no trail of partial bars
@@ -133,3 +141,35 @@ def test_the_progress_bar_renders_in_a_terminal_and_ends_cleanly(tmp_path: Path)
     assert lines.index(bar[0]) < lines.index("DONE-MARKER"), pane  # the bar ended before the script went on
     assert not any("\x1b" in line for line in lines), pane  # no stray escape codes left on screen
     np.testing.assert_equal(len(lines), lines.index("EXIT=0") + 1)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_pass_summary_logged_at_info_does_not_collide_with_the_bar(tmp_path: Path) -> None:
+    pytest.importorskip("tqdm")
+    script = PROGRESS_SCRIPT.format(tests=str(Path(__file__).parent), path=str(tmp_path / "s.zarr"))
+    script = "import logging\nlogging.basicConfig(level=logging.INFO)\n" + script
+    lines, pane = _screen_of(script, tmp_path, width=200)  # wide enough for the summary on one line
+    assert "EXIT=0" in lines, pane
+    bar = [line for line in lines if line.startswith("train epoch 0:")]
+    summary = [line for line in lines if line.startswith("INFO:insitu.epoch:train epoch 0:")]
+    assert len(bar) == 1, pane  # drawn once, in place, and not broken by the log line
+    assert "100%" in bar[0] and "40/40" in bar[0], pane
+    assert "INFO" not in bar[0], pane
+    assert len(summary) == 1, pane  # on a line of its own, whole
+    assert "400 samples in 40 batches" in summary[0] and "%|" not in summary[0], pane
+    assert lines.index("DONE-MARKER") > max(lines.index(bar[0]), lines.index(summary[0])), pane
+
+
+def test_progress_without_tqdm_prints_at_most_ten_lines_a_pass(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if tqdm were not installed
+    write_array(tmp_path, "x", field(45, (4,)), (1, 4))
+    store = insitu.open_store(tmp_path)
+    geoms = insitu.open_geometries(store, ["x"])
+    manifest = insitu.split_by_chunk(geoms["x"], (1.0,), names=["train"])
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=1) as ds:
+        assert len(list(ds.train.iter(progress=True))) == 45
+    err = capsys.readouterr().err.splitlines()
+    assert 1 <= len(err) <= 10, err
+    assert err[-1].startswith("train epoch 0: 45/45 batches, "), err
