@@ -65,8 +65,10 @@ def test_inspect_describes_the_store(store_path: Path) -> None:
     assert report["batching"]["arrays"] == {"lsm": "static", "t2m": "time"}
     assert report["batching"]["skipped"] == {"time": "coordinate"}
     assert report["coordinates"]["time"]["first"] == "2000-01-01T00:00:00"
-    # One slab of t2m decoded to float32: 6 * 8 * 16 * 4 bytes per chunk of the block.
-    assert report["pool_bytes_per_block_chunks"]["16"] == 16 * 6 * 8 * 16 * 4
+    # One slab of t2m decoded to float32: 6 * 8 * 16 * 4 bytes per chunk of the block, and a
+    # block never holds more than the 4 chunks t2m has along time.
+    assert report["pool_bytes_per_block_chunks"]["1"] == 6 * 8 * 16 * 4
+    assert report["pool_bytes_per_block_chunks"]["16"] == 4 * 6 * 8 * 16 * 4
     text = run("inspect", str(store_path))
     assert "sample dimension 'time'" in text.stdout
     assert "lsm: static" in text.stdout
@@ -77,3 +79,47 @@ def test_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
     assert "nothing.zarr" in out.stderr
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_inspect_json_of_a_cf_packed_store_written_by_xarray(tmp_path: Path, zarr_format: int) -> None:
+    xr = pytest.importorskip("xarray")
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    t2m = (270 + 20 * rng.random((40, 19, 36))).astype("float32")
+    ds = xr.Dataset(
+        {
+            "t2m": (("time", "latitude", "longitude"), t2m),
+            "lsm": (("latitude", "longitude"), rng.random((19, 36)).astype("float32")),
+        },
+        coords={
+            "time": pd.date_range("2020-01-01", periods=40, freq="h"),
+            "latitude": np.linspace(-90, 90, 19),
+            "longitude": np.arange(0, 360, 10.0),
+        },
+    )
+    encoding = {
+        "t2m": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32767},
+        "lsm": {"_FillValue": np.nan},
+    }
+    encoding["t2m"]["chunks"] = (8, 19, 18)
+    path = tmp_path / "era5.zarr"
+    ds.to_zarr(path, mode="w", zarr_format=zarr_format, encoding=encoding, consolidated=False)
+
+    out = run("inspect", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    arrays = json.loads(out.stdout)["arrays"]
+    group = zarr.open_group(path, mode="r")
+    packed, static = arrays["t2m"], arrays["lsm"]
+    assert (packed["dtype"], packed["dtype_delivered"]) == ("int16", "float32")
+    assert packed["cf_fill_value"] == -32767  # a number, not base64, on v2 and v3 alike
+    assert static["cf_fill_value"] == "NaN"  # JSON has no NaN: named, not base64 ("AAAAAAAA+H8=")
+    assert (packed["role"], static["role"]) == ("samples", "static")
+    for name, report in arrays.items():
+        arr = group[name]
+        assert report["chunk_count"] == arr.nchunks, name
+        assert report["stored_bytes"] == arr.nbytes_stored(), name
+        assert report["decoded_bytes"] == arr.nbytes, name
+    assert packed["chunk_count_along_sample_dim"] == 5  # 40 hours in chunks of 8
+    assert packed["chunk_count"] == 5 * 2
+    assert packed["delivered_bytes"] == 40 * 19 * 36 * 4
