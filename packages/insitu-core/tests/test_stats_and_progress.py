@@ -153,10 +153,12 @@ def test_the_pass_summary_logged_at_info_does_not_collide_with_the_bar(tmp_path:
     bar = [line for line in lines if line.startswith("train epoch 0:")]
     summary = [line for line in lines if line.startswith("INFO:insitu.epoch:train epoch 0:")]
     assert len(bar) == 1, pane  # drawn once, in place, and not broken by the log line
-    assert "100%" in bar[0] and "40/40" in bar[0], pane
+    assert "100%" in bar[0], pane
+    assert "40/40" in bar[0], pane
     assert "INFO" not in bar[0], pane
     assert len(summary) == 1, pane  # on a line of its own, whole
-    assert "400 samples in 40 batches" in summary[0] and "%|" not in summary[0], pane
+    assert "400 samples in 40 batches" in summary[0], pane
+    assert "%|" not in summary[0], pane
     assert lines.index("DONE-MARKER") > max(lines.index(bar[0]), lines.index(summary[0])), pane
 
 

@@ -58,7 +58,7 @@ def _logging_through(tqdm: Any) -> AbstractContextManager[Any]:
     # Only loggers with handlers of their own: tqdm gives each listed logger a handler, so listing
     # one that merely propagates to the root would print its records twice.
     loggers = [lg for lg in (logging.root, logging.getLogger("insitu")) if lg.handlers]
-    return redirect(loggers=loggers, tqdm_class=tqdm)  # type: ignore[no-any-return]
+    return redirect(loggers=loggers, tqdm_class=tqdm)
 
 
 def _lines(items: Iterable[T], *, total: int | None, desc: str, unit: str) -> Iterator[T]:
