@@ -207,7 +207,7 @@ def test_static_field_counts_against_the_budget(store_path: Path) -> None:
         lat = reference(store_path).latitude.values
         keep = (lat <= 45) & (lat >= 0)
         np.testing.assert_array_equal(batch["lsm"][0], reference(store_path).lsm.values[keep])
-        np.testing.assert_array_equal(data.label_coords("lsm")["latitude"], lat[keep])
+        np.testing.assert_array_equal(data.coords_of("lsm")["latitude"], lat[keep])
 
 
 # -- bad input: clear errors naming the value ---------------------------------------------------------

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ from insitu.stats import PassReport, Stats
 from insitu.stats import logger as stats_logger
 from insitu.store.capabilities import RetriesItself
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
-from insitu.store.opener import open_store
+from insitu.store.opener import open_store, redact_urls
 from insitu.store.retry import RetryPolicy
 from insitu.views import DatasetView, ViewIterator
 
@@ -365,7 +366,7 @@ class InSituDataset:
     def coords(self) -> dict[str, np.ndarray]:
         """Coordinate values of every dimension the labels deliver (selections applied), and of
         the sample dimension (every sample). A dimension two labels select differently is left
-        out: read it per label with :meth:`label_coords`."""
+        out: read it per label with :meth:`coords_of`."""
         found: dict[str, np.ndarray] = {}
         clash: set[str] = set()
         geoms = [*self.labels, *self.statics]
@@ -382,8 +383,18 @@ class InSituDataset:
         return {d: v for d, v in found.items() if d not in clash}
 
     def label_coords(self, label: str) -> dict[str, np.ndarray]:
+        """Deprecated spelling of :meth:`coords_of`."""
+        warnings.warn(
+            "InSituDataset.label_coords(label) is deprecated: use coords_of(label), as on a Batch",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.coords_of(label)
+
+    def coords_of(self, label: str) -> dict[str, np.ndarray]:
         """Coordinate values of the dimensions of one delivered sample of ``label`` (static: of the
-        delivered array), selection applied."""
+        delivered array), selection applied. ``batch.coords_of(label)`` gives the sample
+        coordinate of each row of a batch."""
         for g in (*self.labels, *self.statics):
             if g.label == label:
                 return {d: v for d in g.delivered_dims if d is not None and (v := g.coord(d)) is not None}
@@ -605,6 +616,18 @@ class InSituDataset:
         self.gatherer.shutdown(wait=False)
         if self._cache is not None:
             self._cache.release()
+
+    def __repr__(self) -> str:
+        labels = ", ".join(g.label for g in self.labels)
+        statics = ", ".join(g.label for g in self.statics)
+        splits = ", ".join(f"{name}={len(self.manifest.chunk_ids(name))}" for name in self.manifest.splits)
+        state = "closed" if self._closed else f"epoch {self.epoch}"
+        return (
+            f"<InSituDataset {redact_urls(repr(self.store))}: labels [{labels}]"
+            + (f", static [{statics}]" if statics else "")
+            + f", chunks per split {{{splits}}}, batch_size={self.batch_size}, "
+            f"block_chunks={self.block_chunks}, {state}>"
+        )
 
     def __enter__(self) -> InSituDataset:
         return self

@@ -189,7 +189,9 @@ def _backing(name: str, var: Any) -> tuple[zarr.Array, tuple[Any, ...] | None]:
             if key is not None or tuple(arr.shape) != tuple(var.shape):
                 raise ConfigError(
                     f"variable {name!r} is a dask array sliced after opening; insitu cannot recover the "
-                    "slice: open with xr.open_zarr(..., chunks=None) or pass sel=/isel= to from_xarray"
+                    "slice: pass the whole Dataset and choose samples with splits= (date ranges, e.g. "
+                    "splits={'train': ('2020-01', '2020-06')}), other dimensions with sel=/isel= (or "
+                    "open with xr.open_zarr(..., chunks=None))"
                 )
     if found is None:
         raise ConfigError(
