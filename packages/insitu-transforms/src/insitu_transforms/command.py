@@ -36,9 +36,8 @@ class CheckTransformCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Check the transform and print the report; exit status 1 when it finds a problem."""
-        from insitu_transforms.checker import check_transform
-
         from insitu.cli.common import open_store_from_args
+        from insitu_transforms.checker import check_transform
 
         transform = load_transform(args.transform)
         label = f"{args.path.strip('/')}/{args.label}" if args.path.strip("/") else args.label
