@@ -137,7 +137,7 @@ def test_unknown_scheme_lists_known_schemes_and_cloud_packages() -> None:
     message = str(info.value)
     assert "'nosuch'" in message
     assert "'file', 'memory'" in message
-    assert "gcs: pip install 'insitu-stores[gcs]'" in message
+    assert "pip install 'insitu-stores[arraylake,azure,gcs,http,icechunk,s3]'" in message
 
 
 def test_unknown_backend_lists_registered_backends(local_zarr: tuple[Path, np.ndarray]) -> None:

@@ -182,19 +182,19 @@ def test_shifts_by_numpy_integers_compose(geom: insitu.ArrayGeometry) -> None:
 @pytest.mark.parametrize(
     ("sample_axis", "match"),
     [
-        (1.5, "sample_axis must be an axis number or a dimension name, got 1.5"),
+        (1.5, "sample_dim must be a dimension name or an axis number, got 1.5"),
         (True, "got True"),  # not axis 1
         ([0], r"got \[0\]"),  # None is the default: the dimension leading most arrays
         ("", "got ''"),
-        ({"a": 2.5}, "sample_axis must be an axis number or a dimension name for array 'a', got 2.5"),
+        ({"a": 2.5}, "sample_dim must be a dimension name or an axis number for array 'a', got 2.5"),
         ({"a": {"b": 0}}, "for array 'a'"),
-        ({"zz": 1}, r"sample_axis names unknown array\(s\) \['zz'\]; the arrays read are \['a'\]"),
+        ({"zz": 1}, r"sample_dim names unknown array\(s\) \['zz'\]; the arrays read are \['a'\]"),
         (5, "sample_axis=5 is out of range for array 'a' with 2 dims"),
     ],
 )
 def test_a_bad_sample_axis_is_named(store: Any, sample_axis: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        insitu.open_geometries(store, ["a"], sample_axis=sample_axis)
+        insitu.open_geometries(store, ["a"], sample_dim=sample_axis)
 
 
 def test_sample_axis_by_number_name_or_mapping(store: Any) -> None:

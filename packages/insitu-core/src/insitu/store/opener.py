@@ -213,12 +213,15 @@ def _unknown_scheme(scheme: str, registered: tuple[str, ...]) -> UnknownSchemeEr
     package = SCHEME_PACKAGES.get(scheme.removeprefix(FAULTS_PREFIX))
     if package:
         hint = f"; install it with: pip install '{package}'"
-    else:
-        missing: dict[str, list[str]] = {}
-        for name, pkg in SCHEME_PACKAGES.items():
-            if name not in registered:
-                missing.setdefault(pkg, []).append(name)
-        hint = "".join(f"; {', '.join(names)}: pip install '{pkg}'" for pkg, names in missing.items())
+    else:  # one install line for every missing extra: short, and it covers what the user meant
+        extras = sorted(
+            {
+                pkg.partition("[")[2].rstrip("]")
+                for name, pkg in SCHEME_PACKAGES.items()
+                if name not in registered
+            }
+        )
+        hint = f"; cloud schemes come with: pip install 'insitu-stores[{','.join(extras)}]'" if extras else ""
     return UnknownSchemeError("URL schemes", scheme, known, hint)
 
 
