@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,37 @@ HOSTILE = {
         lambda r: _v3(r, "bad", [10, 2**40, 2**40], [1, 2**40, 2**40]),
         r"array 'bad' holds 48,357,032,784,585,166,988,247,040 bytes .* \(9,223,372,036,854,775,807 bytes",
     ),
-    "negative chunk": (lambda r: _v3(r, "bad", [10, 4], [-1, 4]), r"'bad' .*non-negative. Got \[-1, 4\]"),
+    "negative chunk": (
+        lambda r: _v3(r, "bad", [10, 4], [-1, 4]),
+        # zarr's own words differ by version (3.1: "non-negative", 3.4: "edge length must be >= 1").
+        r"'bad' .*(non-negative. Got \[-1, 4\]|chunk edge length must be >= 1, got -1)",
+    ),
     "negative shape": (lambda r: _v3(r, "bad", [-10, 4], [1, 4]), r"'bad' .*non-negative. Got \[-10, 4\]"),
     "v2 chunk 0": (
         lambda r: _v2(r, "bad", [10, 4], [0, 4]),
         r"array 'bad': chunk shape must be a sequence of positive integers, got \(0, 4\)",
     ),
 }
+
+
+def _zarr_repairs_chunk_zero(tmp_path: Path) -> bool:
+    """zarr >= 3.4 reads a stored v2 chunk size of 0 as 1, with its own warning (the array can only
+    hold its fill value): then nothing impossible is left for insitu to refuse."""
+    root = tmp_path / "probe.zarr"
+    zarr.open_group(str(root), mode="w", zarr_format=2)
+    _v2(root, "a", [10, 4], [0, 4])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return tuple(zarr.open_array(str(root / "a"), mode="r").chunks) == (1, 4)
+    except Exception:
+        return False
+
+
+def _hostile_or_repaired(tmp_path: Path, case: str) -> bool:
+    """True when the case is still hostile under this zarr; False when zarr repairs it on read (and
+    then insitu reads what zarr reads: checked by the caller)."""
+    return not (case == "v2 chunk 0" and _zarr_repairs_chunk_zero(tmp_path))
 
 
 def _store(tmp_path: Path, case: str, with_good: bool) -> Any:
@@ -89,6 +114,11 @@ def _store(tmp_path: Path, case: str, with_good: bool) -> Any:
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_array_named_in_variables_is_refused_naming_it(tmp_path: Path, case: str) -> None:
     store = _store(tmp_path, case, with_good=True)
+    if not _hostile_or_repaired(tmp_path, case):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert insitu.open_geometries(store, ["bad"])["bad"].chunk_shape == (1, 4)
+        return
     with pytest.raises(MetadataError, match=HOSTILE[case][1]):
         insitu.open_geometries(store, ["bad"])
 
@@ -98,6 +128,11 @@ def test_default_discovery_skips_a_hostile_array_with_a_warning(
     tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = _store(tmp_path, case, with_good=True)
+    if not _hostile_or_repaired(tmp_path, case):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert sorted(insitu.open_geometries(store)) == ["bad", "good"]
+        return
     with caplog.at_level(logging.WARNING, logger="insitu"):
         geoms = insitu.open_geometries(store)
     assert list(geoms) == ["good"]
@@ -112,6 +147,8 @@ def test_default_discovery_skips_a_hostile_array_with_a_warning(
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_no_array_matches_says_what_was_skipped_and_why(tmp_path: Path, case: str) -> None:
     store = _store(tmp_path, case, with_good=False)
+    if not _hostile_or_repaired(tmp_path, case):
+        pytest.skip("this zarr reads a chunk size of 0 as 1: the array is readable, nothing to skip")
     with pytest.raises(ConfigError, match=r"no array in the store matches .*skipped: \{'bad': ") as info:
         insitu.open_geometries(store)
     assert "skipped" in str(info.value)
