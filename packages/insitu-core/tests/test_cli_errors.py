@@ -9,12 +9,9 @@ corrupt), as ``insitu --help`` and docs/operability.md say.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zarr
@@ -160,44 +157,3 @@ def test_the_unknown_scheme_error_is_short_and_suggests_no_drill() -> None:
     out = run("inspect", "nosuch://bucket/x.zarr")
     assert len(out.stderr) < 400, out.stderr
     assert "faults+" not in out.stderr
-
-
-# -- object storage: moto's S3 server on loopback ---------------------------------------------------
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    pytest.importorskip("insitu_stores")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
-def _s3_options(endpoint: str) -> str:
-    options: dict[str, Any] = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    return json.dumps(options)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_an_unreachable_endpoint_is_one_line_naming_the_url() -> None:
-    pytest.importorskip("insitu_stores")
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
-    out = run("inspect", "s3://some-bucket/era5.zarr", "--storage-options", _s3_options(endpoint))
-    _assert_one_line_error(out, FAILURE, "s3://some-bucket/era5.zarr")
-
-
-def test_a_missing_bucket_is_one_line_naming_it(s3_endpoint: str) -> None:
-    out = run("inspect", "s3://no-such-bucket/era5.zarr", "--storage-options", _s3_options(s3_endpoint))
-    _assert_one_line_error(out, FAILURE, "no-such-bucket")

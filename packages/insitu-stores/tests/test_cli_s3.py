@@ -4,6 +4,7 @@ a short ``insitu bench``, with credentials given as --storage-options (and never
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,39 @@ def test_bench_a_bucket(s3: S3Server, url: str, tmp_path: Path) -> None:
     saved = (tmp_path / "insitu-bench.json").read_text()
     assert json.loads(saved) == report
     assert SECRET_KEY not in out.stdout + out.stderr + saved
+
+
+# -- failures: one line naming what is at fault, exit 1 (what the store did), no traceback -----------
+def _assert_one_line_failure(out: subprocess.CompletedProcess[str], names: str) -> None:
+    lines = out.stderr.strip().splitlines()
+    assert "Traceback" not in out.stderr, out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("insitu: error: "), out.stderr
+    assert names in lines[0], out.stderr
+    assert out.returncode == 1, (out.returncode, out.stderr)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_endpoint_is_one_line_naming_the_url() -> None:
+    options = json.dumps(
+        {
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {
+                "endpoint_url": f"http://127.0.0.1:{_closed_port()}",
+                "region_name": "us-east-1",
+            },
+        }
+    )
+    out = run("inspect", "s3://some-bucket/era5.zarr", "--storage-options", options)
+    _assert_one_line_failure(out, "s3://some-bucket/era5.zarr")
+
+
+def test_a_missing_bucket_is_one_line_naming_it(s3: S3Server) -> None:
+    out = run("inspect", "s3://no-such-bucket/era5.zarr", "--storage-options", _options(s3))
+    _assert_one_line_failure(out, "no-such-bucket")
