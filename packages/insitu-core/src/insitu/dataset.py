@@ -46,6 +46,7 @@ from insitu.options import (
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.budget import MemoryPlan, plan_memory
 from insitu.plan.elastic import Segment
+from insitu.plan.limits import check_fits
 from insitu.plan.plans import EpochPlans
 from insitu.plan.reads import EpochPlan
 from insitu.plan.resume_state import STATE_FORMAT
@@ -203,6 +204,16 @@ class InSituDataset:
         given = self.cache_options.budget_bytes
         memory = plan_memory(
             arrays, specs, self.labels, manifest, world_size=self.world_size, given=given, statics=statics
+        )
+        in_memory = self.cache_options.cache_dir is None
+        check_fits(
+            arrays,
+            specs,
+            self.labels,
+            memory.slots,
+            self.options,
+            n_samples=self.anchor_range[1] - self.anchor_range[0],
+            pool_in_memory=in_memory,
         )
         self._plans = EpochPlans(manifest, self.labels, self.anchor_range, self.options, self.sharding)
         self._start_lifetime()
