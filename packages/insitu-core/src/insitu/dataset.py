@@ -190,7 +190,8 @@ class InSituDataset:
         self.store = store if isinstance(store, Store) else open_store(store)
         _check_retry_owner(self.store, given_retry)
         self.manifest = manifest
-        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest))
+        # Discovery (geometries=None) reads metadata under the same policy as the chunks.
+        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
         self.anchor_range = anchor_range(self.labels, manifest)
         self.unused_anchors = unused_anchors(manifest, self.anchor_range, self.labels)
@@ -288,7 +289,8 @@ class InSituDataset:
         if dim is None:
             return None
         coords = self.labels[0].coords
-        ready = not isinstance(coords, LazyCoords) or coords.ready
+        # A failed read stays lazy: its error is raised where the values are used, not here.
+        ready = not isinstance(coords, LazyCoords) or (coords.ready and not coords.failed)
         values = coords.get(dim) if ready else LazyValues(coords, dim)
         return None if values is None else (dim, values)
 
