@@ -83,7 +83,7 @@ def test_dataset_discovery_reads_metadata_under_the_datasets_retry_policy() -> N
 
 def test_a_hung_coordinate_read_fails_where_the_values_are_used() -> None:
     store = HungStore(_source(), lambda key: key.startswith("time/c"))
-    geoms = finishes(lambda: insitu.open_geometries(store, sample_axis="time", retry=SHORT), within_s=60)
+    geoms = finishes(lambda: insitu.open_geometries(store, sample_dim="time", retry=SHORT), within_s=60)
     with pytest.raises(StoreTimeoutError) as caught:
         finishes(lambda: geoms["x"].coords["time"], within_s=60, hang="a hung coordinate read")
     assert caught.value.limit_s == pytest.approx(0.4)

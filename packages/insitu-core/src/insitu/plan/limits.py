@@ -14,6 +14,7 @@ backstop for what really runs out).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,6 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions
-
-try:  # not on Windows
-    import resource
-except ImportError:  # pragma: no cover - Windows
-    resource = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -51,8 +47,10 @@ def _status_bytes(field: str) -> int | None:
 
 def address_space_left() -> Limit | None:
     """What ``RLIMIT_AS`` (``ulimit -v``) still lets this process map; None when unlimited."""
-    if resource is None:
+    if sys.platform == "win32":
         return None
+    import resource  # POSIX only
+
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft < 0:
         return None
