@@ -46,6 +46,7 @@ from insitu.options import (
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.budget import MemoryPlan, plan_memory
 from insitu.plan.elastic import Segment
+from insitu.plan.limits import check_fits
 from insitu.plan.plans import EpochPlans
 from insitu.plan.reads import EpochPlan
 from insitu.plan.resume_state import STATE_FORMAT
@@ -189,7 +190,8 @@ class InSituDataset:
         self.store = store if isinstance(store, Store) else open_store(store)
         _check_retry_owner(self.store, given_retry)
         self.manifest = manifest
-        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest))
+        # Discovery (geometries=None) reads metadata under the same policy as the chunks.
+        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
         self.anchor_range = anchor_range(self.labels, manifest)
         self.unused_anchors = unused_anchors(manifest, self.anchor_range, self.labels)
@@ -203,6 +205,16 @@ class InSituDataset:
         given = self.cache_options.budget_bytes
         memory = plan_memory(
             arrays, specs, self.labels, manifest, world_size=self.world_size, given=given, statics=statics
+        )
+        in_memory = self.cache_options.cache_dir is None
+        check_fits(
+            arrays,
+            specs,
+            self.labels,
+            memory.slots,
+            self.options,
+            n_samples=self.anchor_range[1] - self.anchor_range[0],
+            pool_in_memory=in_memory,
         )
         self._plans = EpochPlans(manifest, self.labels, self.anchor_range, self.options, self.sharding)
         self._start_lifetime()
@@ -277,7 +289,8 @@ class InSituDataset:
         if dim is None:
             return None
         coords = self.labels[0].coords
-        ready = not isinstance(coords, LazyCoords) or coords.ready
+        # A failed read stays lazy: its error is raised where the values are used, not here.
+        ready = not isinstance(coords, LazyCoords) or (coords.ready and not coords.failed)
         values = coords.get(dim) if ready else LazyValues(coords, dim)
         return None if values is None else (dim, values)
 

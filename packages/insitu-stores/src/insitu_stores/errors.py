@@ -82,7 +82,9 @@ class TransientStoreError(StoreError, ConnectionError):
 
 
 class StoreTimeoutError(StoreError, TimeoutError):
-    """A request did not complete within the per-request timeout."""
+    """A request did not complete within the per-request timeout (``limit_s``, when known)."""
+
+    limit_s: float | None = None
 
 
 class StorePermissionError(StoreError, PermissionError):

@@ -270,6 +270,8 @@ def _map_options(
             set_once("endpoint", "endpoint_url", endpoint)
         if requester_pays:
             set_once("requester_pays", "requester_pays", True)
+    elif service == "http":
+        _http_timeouts(opts, given, retry)
     elif service == "file":
         opts.setdefault("auto_mkdir", True)  # zarr writes "a/zarr.json" before any "a/" exists
     elif service == "az":
@@ -278,6 +280,22 @@ def _map_options(
         if endpoint:
             set_once("endpoint", "account_host", endpoint)
     return opts
+
+
+def _http_timeouts(opts: dict[str, Any], given: dict[str, tuple[str, Any]], retry: RetryPolicy) -> None:
+    """aiohttp's connect and read timeouts from the policy (its own default is 5 minutes for the
+    whole request), unless ``client_kwargs`` sets a ``timeout`` of its own."""
+    if importlib.util.find_spec("aiohttp") is None:
+        return  # fsspec's HTTP filesystem names the missing package itself
+    import aiohttp
+
+    client_kwargs = opts.setdefault("client_kwargs", {})
+    if not isinstance(client_kwargs, dict):
+        raise ConfigError(f"{given['client_kwargs'][0]} must be a dict, got {type(client_kwargs).__name__}")
+    client_kwargs.setdefault(
+        "timeout",
+        aiohttp.ClientTimeout(total=None, sock_connect=retry.connect_timeout_s, sock_read=retry.timeout_s),
+    )
 
 
 class FsspecLoopStore(FsspecStore):

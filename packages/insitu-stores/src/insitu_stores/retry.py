@@ -61,9 +61,9 @@ async def call_once(
     except StoreError:
         raise
     except TimeoutError:
-        raise StoreTimeoutError(
-            f"{_where(url, key)}: no answer within {deadline_s} s", url=url, key=key
-        ) from None
+        error = StoreTimeoutError(f"{_where(url, key)}: no answer within {deadline_s:g} s", url=url, key=key)
+        error.limit_s = deadline_s
+        raise error from None
 
 
 async def _translating(op: Callable[[], Awaitable[T]], translate: Translate, key: str | None) -> T:

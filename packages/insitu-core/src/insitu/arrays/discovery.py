@@ -18,6 +18,7 @@ from zarr.abc.store import Store
 from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.arrays.lazycoords import LazyCoords
 from insitu.errors import ConfigError, MetadataError, StoreTimeoutError
+from insitu.store.capabilities import RetriesItself
 from insitu.store.loop import run_sync, submit
 from insitu.store.metadata import blame_metadata, is_metadata_failure
 from insitu.store.opener import redact_urls
@@ -104,9 +105,13 @@ def open_geometries(
     ``sel`` / ``isel`` select on non-sample dimensions of every array having
     them (see :func:`select`).
 
-    Reading the metadata is bounded by ``retry`` (default ``RetryPolicy()``): a store that does
-    not answer within :meth:`RetryPolicy.longest_call_s` raises :class:`StoreTimeoutError` naming
-    the store and the limit, whoever built the store.
+    Reading the metadata is bounded by ``retry`` (default: the store's own policy when it retries
+    by itself, else ``RetryPolicy()``): a store that does not answer within
+    :meth:`RetryPolicy.longest_call_s` raises :class:`StoreTimeoutError` naming the store and the
+    limit, whoever built the store (a store's own, shorter timeout raises the same error with its
+    limit). The background read of the coordinates is bounded the same
+    way; its failure is raised where the values are first used (``geom.coords``, ``sel``, a date
+    split, ``batch.coords``).
 
     Geometries describe the stored arrays; CF decoding happens when a dataset
     reads them, so ``cf_decode`` is an option of :class:`InSituDataset` and
@@ -130,7 +135,8 @@ def open_geometries(
     if not isinstance(path, str):
         raise ConfigError(f"path must be a string (a group inside the store), got {path!r}")
     broken: dict[str, str] = {}  # arrays default discovery could not describe, and why
-    chosen = _open_arrays_sync(store, path, wanted, sample_axis, broken, retry or RetryPolicy())
+    policy = retry or _own_policy(store)
+    chosen = _open_arrays_sync(store, path, wanted, sample_axis, broken, policy)
     dims = {name: _dimension_names(arr, arr.metadata.to_dict()) for name, arr in chosen.items()}
     skipped: dict[str, str] = dict(broken)
     if not explicit:
@@ -139,7 +145,10 @@ def open_geometries(
     # Coordinates are read in the background (two round trips on object storage); whatever needs
     # their values waits for them: a selection by value, a date split, batch.coords.
     all_dims = sorted({d for n in chosen for d in (dims[n] or ()) if _can_be_node(d)})
-    coords, coord_attrs = LazyCoords.pair(submit(_read_coordinates(store, path, all_dims)))
+    reading = _bounded(
+        _read_coordinates(store, path, all_dims), store, policy, "reading the coordinate arrays"
+    )
+    coords, coord_attrs = LazyCoords.pair(submit(reading))
     if sample_axis is None:
         sample_axis = _default_sample_axis({n: dims[n] for n in chosen}, coords)
     elif isinstance(sample_axis, str):
@@ -170,8 +179,9 @@ def _open_arrays_sync(
     members whose metadata zarr cannot read go to ``broken``, with why; the reads bounded by
     ``policy``'s longest call."""
     # Opened on the engine's loop; zarr.Array wraps each AsyncArray for its metadata (no IO).
+    opening = _open_arrays(store, path, wanted, broken)
     try:
-        opened = run_sync(_bounded(_open_arrays(store, path, wanted, broken), store, policy))
+        opened = run_sync(_bounded(opening, store, policy, "opening the arrays' metadata"))
     except Exception as exc:
         if not is_metadata_failure(exc):
             raise
@@ -317,18 +327,31 @@ def _check_sample_axis(sample_axis: Any) -> None:
             raise ConfigError(f"sample_dim must be a dimension name or an axis number{where}, got {spec!r}")
 
 
-async def _bounded(opening: Coroutine[Any, Any, T], store: Store, policy: RetryPolicy) -> T:
-    """``opening`` under the policy's longest call: a hung store that insitu did not build (a zarr
-    ``FsspecStore`` over HTTP) would otherwise keep discovery waiting forever."""
+def _own_policy(store: Store) -> RetryPolicy:
+    """The policy a store that retries by itself runs under (its calls can take that long), else
+    the default one."""
+    return store.insitu_retry_policy if isinstance(store, RetriesItself) else RetryPolicy()
+
+
+async def _bounded(reading: Coroutine[Any, Any, T], store: Store, policy: RetryPolicy, what: str) -> T:
+    """``reading`` under the policy's longest call: a hung store that insitu did not build (a zarr
+    ``FsspecStore`` over HTTP) would otherwise keep discovery waiting forever. A store's own
+    timeout that fires first is raised as it came (it names its own limit)."""
     limit = policy.longest_call_s()
+    deadline = asyncio.timeout(limit)
     try:
-        async with asyncio.timeout(limit):
-            return await opening
-    except TimeoutError:
+        async with deadline:
+            return await reading
+    except StoreTimeoutError:
+        raise
+    except TimeoutError as exc:
         name = str(getattr(store, "url", None) or store)
-        raise StoreTimeoutError(
-            name, None, limit, "opening the arrays' metadata (all requests together)"
-        ) from None
+        if deadline.expired():
+            raise StoreTimeoutError(name, None, limit, f"{what} (all requests together)") from None
+        # The store's own timeout fired first: the same error type, its limit and key kept.
+        own_limit = getattr(exc, "limit_s", None)
+        key = getattr(exc, "key", None)
+        raise StoreTimeoutError(name, key if isinstance(key, str) else None, own_limit, what) from exc
 
 
 async def _open_arrays(

@@ -12,6 +12,7 @@ from zarr.abc.store import Store
 from insitu.arrays.discovery import open_geometries
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
+from insitu.store.retry import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,12 @@ def resolve_labels(
     store: Store,
     geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None,
     sample_axis: str | int,
+    retry: RetryPolicy | None = None,
 ) -> Labels:
     """The labels of ``geometries`` (``None``: every array of ``store`` sampled along
-    ``sample_axis``), checked: unique labels, one sample axis and selection per array, and at
+    ``sample_axis``, its metadata read under ``retry``), checked: unique labels, one sample axis and selection per array, and at
     least one label with the sample dimension."""
-    geoms = _given(store, geometries, sample_axis)
+    geoms = _given(store, geometries, sample_axis, retry)
     labels = [g.label for g in geoms]
     dupes = sorted(x for x, n in Counter(labels).items() if n > 1)
     if dupes:
@@ -65,9 +67,10 @@ def _given(
     store: Store,
     geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None,
     sample_axis: str | int,
+    retry: RetryPolicy | None,
 ) -> list[ArrayGeometry]:
     if geometries is None:
-        geoms = list(open_geometries(store, sample_dim=sample_axis).values())
+        geoms = list(open_geometries(store, sample_dim=sample_axis, retry=retry).values())
     elif isinstance(geometries, Mapping):
         # The keys name the batch fields: {"x": g, "y": g.shift(3)} gives batches keyed x and y.
         geoms = []

@@ -55,6 +55,12 @@ class LazyCoords(Mapping[str, Any]):
         """Whether the background read has finished (reading the values will not wait)."""
         return self._pending.future.done()
 
+    @property
+    def failed(self) -> bool:
+        """Whether the background read has finished with an error (raised where the values are used)."""
+        future = self._pending.future
+        return future.done() and (future.cancelled() or future.exception() is not None)
+
     def _data(self) -> Mapping[str, Any]:
         values, attrs = self._pending.result()
         return attrs if self._attrs else values

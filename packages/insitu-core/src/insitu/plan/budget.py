@@ -26,6 +26,7 @@ from pathlib import Path
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
 from insitu.errors import ConfigError
+from insitu.plan.limits import address_space_left
 from insitu.plan.splits import SplitManifest
 
 logger = logging.getLogger("insitu")
@@ -86,8 +87,12 @@ def dataset_bytes(
 
 
 def auto_budget(need: Mapping[str, int], static_bytes: int = 0) -> int:
-    """The ``"auto"`` budget for a dataset needing ``need`` bytes per array (static fields aside)."""
+    """The ``"auto"`` budget for a dataset needing ``need`` bytes per array (static fields aside):
+    a quarter of the memory available, or of the address space left under ``ulimit -v`` when less."""
     available = available_memory()
+    address = address_space_left()
+    if address is not None:
+        available = address.nbytes if available is None else min(available, address.nbytes)
     cap = FALLBACK_CAP if available is None else int(available * AUTO_FRACTION)
     total = sum(need.values())
     budget = max(0, min(total, cap - static_bytes))
