@@ -99,3 +99,85 @@ def test_installed_plugin_serves_the_root_name(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv(BLOCK_ENV, ",".join(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)))
     with temporary_plugin(tmp_path, "fake_torch", source):
         assert resolve_export("as_torch")("view") == ("adapted", "view")
+
+
+# Modules the command line must not need to print its help: zarr (and the numpy it brings) is
+# most of the start-up time of `insitu --help`.
+STORE_MODULES = ("zarr", "numpy", "numcodecs")
+
+HELP_PROBE = """
+import json, sys
+from insitu.cli import main
+try:
+    main(["--help"])
+except SystemExit as exc:
+    status = exc.code
+print(json.dumps({{
+    "status": status,
+    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in {store!r}),
+    "commands_registered": "insitu.cli.inspect_cmd" in sys.modules,
+}}))
+"""
+
+
+def _run_python(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (DISABLE_AUTOLOAD_ENV, BLOCK_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *sys.path[1:]])
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_import_insitu_imports_no_zarr() -> None:
+    code = (
+        f"import sys, insitu; print(sorted(m for m in sys.modules if m.split('.')[0] in {STORE_MODULES!r}))"
+    )
+    proc = _run_python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"import insitu imported {proc.stdout.strip()}"
+
+
+def test_cli_help_imports_no_zarr() -> None:
+    proc = _run_python("-c", textwrap.dedent(HELP_PROBE).format(store=STORE_MODULES))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["status"] == 0
+    assert report["commands_registered"], "the probe must have loaded the built-in subcommands"
+    assert report["loaded"] == [], f"insitu --help imported {report['loaded']}"
+    assert "inspect" in proc.stdout
+    assert "bench" in proc.stdout
+
+
+def test_python_m_insitu_help_imports_no_zarr() -> None:
+    proc = _run_python("-X", "importtime", "-m", "insitu", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: insitu"), proc.stdout[:200]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "insitu.cli" in imported, "-X importtime must have listed the imports"
+    assert not imported & set(STORE_MODULES), (
+        f"python -m insitu --help imported {imported & set(STORE_MODULES)}"
+    )
+
+
+def test_every_root_name_resolves_and_is_listed() -> None:
+    import importlib
+
+    lazy = insitu._LAZY_NAMES
+    assert set(insitu.__all__) == {"__version__", *lazy}, (
+        "__all__ and the lazy table must list the same names"
+    )
+    assert set(dir(insitu)) >= set(insitu.__all__) | set(EXPORTS)
+    for name in insitu.__all__:
+        value = getattr(insitu, name)
+        if name != "__version__":
+            assert value is getattr(importlib.import_module(lazy[name]), name)
+    namespace: dict[str, object] = {}
+    exec("from insitu import InSituDataset, open_store, ConfigError, split_by_coord", namespace)
+    assert namespace["InSituDataset"] is insitu.InSituDataset
+
+
+def test_unknown_root_name_through_the_module_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'not_a_thing'"):
+        insitu.not_a_thing  # noqa: B018
+    with pytest.raises(ImportError, match="cannot import name 'not_a_thing'"):
+        exec("from insitu import not_a_thing", {})

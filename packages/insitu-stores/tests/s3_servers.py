@@ -266,3 +266,67 @@ class SilentServer:
         for conn in self._held:
             conn.close()
         self._sock.close()
+
+
+class AuthenticatingS3Server:
+    """moto's S3 server in its own process, checking every request's signature (as AWS does).
+
+    moto checks credentials only when ``INITIAL_NO_AUTH_ACTION_COUNT`` is set before it is
+    imported, so this server runs apart from the in-process one the other tests share. The
+    first requests go unchecked: they create a user allowed everything (``key``/``secret``),
+    a user allowed nothing (``denied_key``/``denied_secret``) and ``bucket`` with a group in it.
+    """
+
+    # IAM calls made before moto starts checking: 2 users, 1 policy, 2 access keys.
+    _UNCHECKED = 5
+
+    def __init__(self) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        import boto3
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(self._UNCHECKED))
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("the authenticating S3 server did not start") from None
+                time.sleep(0.1)
+        client = {"endpoint_url": self.endpoint, "region_name": "us-east-1"}
+        iam = boto3.client("iam", aws_access_key_id="x", aws_secret_access_key="x", **client)
+        allow_all = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="all", PolicyDocument=json.dumps(allow_all))
+        iam.create_user(UserName="nobody")
+        keys = iam.create_access_key(UserName="reader")["AccessKey"]
+        denied = iam.create_access_key(UserName="nobody")["AccessKey"]
+        self.key, self.secret = keys["AccessKeyId"], keys["SecretAccessKey"]
+        self.denied_key, self.denied_secret = denied["AccessKeyId"], denied["SecretAccessKey"]
+        s3 = boto3.client("s3", aws_access_key_id=self.key, aws_secret_access_key=self.secret, **client)
+        self.bucket = "insitu-auth"
+        s3.create_bucket(Bucket=self.bucket)
+        s3.put_object(Bucket=self.bucket, Key="zarr.json", Body=b'{"zarr_format": 3, "node_type": "group"}')
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=30)

@@ -46,6 +46,7 @@ from insitu.errors import ConfigError
 from insitu.store.opener import redact_url
 from insitu.store.retry import RetryPolicy
 from insitu_stores.cloud import GCLOUD_ADC, credentials_hint, env_secrets
+from insitu_stores.error_codes import code_hint, service_error_code, with_code
 from insitu_stores.errors import (
     Redactor,
     StoreConfigurationError,
@@ -459,13 +460,13 @@ class FsspecLoopStore(FsspecStore):
 
     def _raise_if_bucket_missing(self, exc: BaseException) -> None:
         # botocore names the error as data (s3fs raises from it); other backends only in text.
-        missing = _error_code(exc) in ("NoSuchBucket", "ContainerNotFound") or _BUCKET_MISSING.search(
-            str(exc)
-        )
+        code = service_error_code(exc)
+        missing = code in ("NoSuchBucket", "ContainerNotFound") or _BUCKET_MISSING.search(str(exc))
         if self.location.bucket and missing:
             where = f" at {redact_url(self.endpoint)}" if self.endpoint else ""
+            message = f"bucket {self.location.bucket!r} does not exist{where} (opening {self.url})"
             raise StoreNotFoundError(
-                f"bucket {self.location.bucket!r} does not exist{where} (opening {self.url})", url=self.url
+                with_code(code, message), url=self.url
             ) from None  # the backend's message may quote the request URL
 
     async def _guarded(self, key: str | None, op: Callable[[], Any]) -> Any:
@@ -627,6 +628,10 @@ def translate_fsspec_error(
       payload errors, ``http.client.IncompleteRead``, 5xx, 429, errnos for a
       busy or unreachable service;
     - anything else from the backend: a plain :class:`StoreError`.
+
+    The service's error code (botocore's ``response["Error"]["Code"]``:
+    ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``...) leads the message
+    and, for S3, picks the hint.
     """
     if isinstance(exc, StoreError):
         return exc
@@ -634,25 +639,36 @@ def translate_fsspec_error(
     kinds = _backend_types()
     status = http_status(exc)
     code = exc.errno if isinstance(exc, OSError) else None
+    service_code = service_error_code(exc)  # botocore's, as data: leads every message below
+
+    def say(message: str) -> str:
+        return with_code(service_code, message)
+
     if isinstance(exc, kinds.no_credentials):  # botocore's: S3
         hint = credentials_hint(service or "s3", found=False)
-        return StorePermissionError(f"cannot read {where}: {hint} ({text})", url=url, key=key)
+        return StorePermissionError(say(f"cannot read {where}: {hint} ({text})"), url=url, key=key)
     if isinstance(exc, (PermissionError, *kinds.credentials)) or status in (401, 403):
-        hint = credentials_hint(service, anonymous=anonymous, found=credentials)
+        hint = (credentials and not anonymous and code_hint(service_code, service)) or credentials_hint(
+            service, anonymous=anonymous, found=credentials
+        )
         message = f"{hint} ({text})" if hint else text
-        return StorePermissionError(f"permission denied reading {where}: {message}", url=url, key=key)
+        return StorePermissionError(say(f"permission denied reading {where}: {message}"), url=url, key=key)
     if isinstance(exc, kinds.configuration):
-        return StoreConfigurationError(f"cannot read {where}: {text}", url=url, key=key)
+        return StoreConfigurationError(say(f"cannot read {where}: {text}"), url=url, key=key)
     if isinstance(exc, (TimeoutError, *kinds.timeouts)) or code == errno.ETIMEDOUT or status == 408:
-        return StoreTimeoutError(f"timed out reading {where}: {text}", url=url, key=key)
+        return StoreTimeoutError(say(f"timed out reading {where}: {text}"), url=url, key=key)
     if (
         isinstance(exc, (ConnectionError, *kinds.transient))
         or code in _TRANSIENT_ERRNOS
         or (status is not None and (status >= 500 or status == 429))
     ):
-        return TransientStoreError(f"connection or server error reading {where}: {text}", url=url, key=key)
+        return TransientStoreError(
+            say(f"connection or server error reading {where}: {text}"), url=url, key=key
+        )
     if isinstance(exc, (OSError, *kinds.other)):
-        return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+        hint = code_hint(service_code, service)
+        message = f"{hint} ({text})" if hint else text
+        return StoreError(say(f"request failed reading {where}: {message}"), url=url, key=key)
     return None
 
 
@@ -725,16 +741,6 @@ def _backend_types() -> _BackendTypes:
         ),
         other=_types("botocore.exceptions", "ClientError", "BotoCoreError"),
     )
-
-
-def _error_code(exc: BaseException) -> str | None:
-    """botocore's error code (``response["Error"]["Code"]``) of ``exc`` or the error it came from."""
-    for seen in (exc, exc.__cause__):
-        response = getattr(seen, "response", None)
-        if isinstance(response, dict):
-            code = response.get("Error", {}).get("Code")
-            return code if isinstance(code, str) else None
-    return None
 
 
 def http_status(exc: BaseException) -> int | None:

@@ -68,6 +68,7 @@ from insitu_stores.cloud import (
     env_secrets,
     obstore_setup,
 )
+from insitu_stores.error_codes import code_hint, service_error_code, with_code, without_error_body
 from insitu_stores.errors import (
     Redactor,
     StoreConfigurationError,
@@ -661,8 +662,9 @@ class ObstoreStore(ObjectStore):
         if _BUCKET_MISSING.search(str(exc)):
             loc = self.location
             where = f" at {redact_url(self.endpoint)}" if self.endpoint else ""
+            message = f"bucket {loc.bucket!r} does not exist{where} (opening {loc.safe_url})"
             raise StoreNotFoundError(
-                f"bucket {loc.bucket!r} does not exist{where} (opening {loc.safe_url})", url=self.url
+                with_code(service_error_code(exc), message), url=self.url
             ) from None  # the backend's message may quote the request URL
 
     async def _guarded(self, key: str, op: Callable[[], Awaitable[Any]]) -> Any:
@@ -763,20 +765,27 @@ def translate_obstore_error(
     is sent) and no credentials at all (obstore asked the instance metadata
     service, an address the configuration names, and got none). Both are
     permanent. Permission and credential errors carry a hint saying what to
-    set, per cloud; never a value.
+    set, per cloud; never a value. The service's error code
+    (``SignatureDoesNotMatch``...), when its response carried one, leads the
+    message and picks the hint.
     """
     if isinstance(exc, StoreError):
         return exc
     from obstore import exceptions as oe
 
-    text = redact(first_line(str(exc)))
+    # obstore keeps the service's error code only in the XML body it quotes, past the first line.
+    code = service_error_code(exc)
+    text = redact(without_error_body(first_line(str(exc))))
     service = setup.service if setup is not None else ""
     if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
         kind = "not authenticated" if isinstance(exc, oe.UnauthenticatedError) else "permission denied"
-        hint = credentials_hint(service, anonymous=bool(setup and setup.anonymous))
-        return StorePermissionError(f"{kind} reading {where}: {_hinted(text, hint)}", url=url, key=key)
+        anonymous = bool(setup and setup.anonymous)
+        hint = (not anonymous and code_hint(code, service)) or credentials_hint(service, anonymous=anonymous)
+        return StorePermissionError(
+            with_code(code, f"{kind} reading {where}: {_hinted(text, hint)}"), url=url, key=key
+        )
     if isinstance(exc, _configuration_errors(oe)):
-        return StoreConfigurationError(f"cannot read {where}: {text}", url=url, key=key)
+        return StoreConfigurationError(with_code(code, f"cannot read {where}: {text}"), url=url, key=key)
     if isinstance(exc, oe.GenericError) and setup is not None:
         if setup.plain_http_refused:
             return StoreConfigurationError(
@@ -800,7 +809,10 @@ def translate_obstore_error(
     if isinstance(exc, (oe.BaseError, OSError)):
         # GenericError and the rest: obstore already retried what it could under the store's
         # policy, and 0.12 gives no finer type or status; its reason is in the text.
-        return StoreError(f"request failed reading {where}: {text}", url=url, key=key)
+        hint = code_hint(code, service)
+        return StoreError(
+            with_code(code, f"request failed reading {where}: {_hinted(text, hint)}"), url=url, key=key
+        )
     return None
 
 

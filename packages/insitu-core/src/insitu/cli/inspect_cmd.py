@@ -10,12 +10,14 @@ import argparse
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
-import zarr
+from typing import TYPE_CHECKING, Any
 
 from insitu.cli.common import add_store_arguments, open_store_from_args, print_table
+
+if TYPE_CHECKING:
+    # numpy and zarr are imported by the functions that read a store: the command is registered
+    # (and `insitu --help` printed) without them.
+    import zarr
 
 #: Chunks read per array to estimate its compression ratio.
 SAMPLED_CHUNKS = 3
@@ -72,6 +74,8 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
     Raises ConfigError naming an unknown ``sample_dim`` (and the dimensions
     that exist), MetadataError naming a metadata document zarr cannot read.
     """
+    import zarr
+
     import insitu
 
     members = _group_members(store, path)
@@ -106,6 +110,8 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
 
 def _group_members(store: Any, path: str) -> list[tuple[str, Any]]:
     """Every member of the group at ``path``, with metadata errors naming their document."""
+    import zarr
+
     from insitu.errors import MetadataError
     from insitu.store.loop import run_sync
     from insitu.store.metadata import blame_metadata, is_metadata_failure
@@ -144,6 +150,8 @@ def _report(
 
 def _describe(arr: zarr.Array, geom: Any) -> dict[str, Any]:
     """One array: its layout, sizes, dtypes on disk and as delivered, fill values, its role."""
+    import numpy as np
+
     from insitu.arrays.cf import cf_encoding, cf_fill_value
 
     meta: dict[str, Any] = dict(arr.metadata.to_dict())
@@ -203,6 +211,7 @@ def _codecs(meta: Mapping[str, Any]) -> list[str]:
 
 def _compression_ratio(arr: zarr.Array) -> float | None:
     """Decoded over stored bytes of up to :data:`SAMPLED_CHUNKS` stored objects (chunks or shards)."""
+    import numpy as np
     from zarr.core.buffer import default_buffer_prototype
 
     from insitu.store.loop import run_sync
@@ -252,6 +261,8 @@ def _size(n: int) -> str:
 
 
 def _show(value: Any) -> Any:
+    import numpy as np
+
     if isinstance(value, np.datetime64):
         return str(np.datetime_as_string(value, unit="s"))
     if isinstance(value, np.generic):

@@ -21,15 +21,18 @@ import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, unquote_plus
-
-from zarr.abc.buffer import Buffer
-from zarr.abc.store import Store
-from zarr.storage import LocalStore, MemoryStore
 
 from insitu.errors import ConfigError
 from insitu.plugins.registry import PluginNotFoundError, get_registry
+
+if TYPE_CHECKING:
+    # zarr is imported where a store is opened, not with this module: the built-in plugin
+    # registers the builders below, and `insitu --help` loads the plugins without opening a store.
+    from zarr.abc.buffer import Buffer
+    from zarr.abc.store import Store
+    from zarr.storage import LocalStore, MemoryStore
 
 #: Accepted ``mode`` values (zarr's names). Only "r" is read-only; no mode deletes
 #: data: overwriting belongs to ``zarr.open_group(store, mode="w")``.
@@ -131,6 +134,8 @@ def open_store(
     ``ValueError`` and ``KeyError``) naming the scheme and the package to
     install when no plugin serves it.
     """
+    from zarr.abc.store import Store
+
     if isinstance(url_or_store, Store):
         if backend is not None:
             raise ValueError("backend= selects how a URL is opened; it cannot apply to a Store instance")
@@ -239,6 +244,8 @@ def local_store(url: str, *, read_only: bool = True) -> LocalStore:
         raise NotADirectoryError(errno.ENOTDIR, "a local Zarr store must be a directory", str(path))
     if read_only and not path.exists():
         raise FileNotFoundError(errno.ENOENT, "no Zarr store at this path", str(path))
+    from zarr.storage import LocalStore
+
     return LocalStore(path, read_only=read_only)
 
 
@@ -259,6 +266,8 @@ def memory_store(url: str, *, read_only: bool = True) -> MemoryStore:
                 raise FileNotFoundError(errno.ENOENT, "no in-memory store with this name", redact_url(url))
             _memory[name] = {}
         content = _memory[name]
+    from zarr.storage import MemoryStore
+
     return MemoryStore(content, read_only=read_only)
 
 
