@@ -157,3 +157,18 @@ def test_the_unknown_scheme_error_is_short_and_suggests_no_drill() -> None:
     out = run("inspect", "nosuch://bucket/x.zarr")
     assert len(out.stderr) < 400, out.stderr
     assert "faults+" not in out.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path: Path) -> None:
+    # `insitu inspect ... | head -1`: stdout is a pipe whose reader is gone. Set up deterministically:
+    # fd 1 is a pipe with its read end closed, so the first write fails with EPIPE.
+    store = _era5_like(tmp_path / "s.zarr", 3)
+    code = (
+        "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+        "from insitu.cli import main; sys.exit(main(['inspect', sys.argv[1]]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(store)], capture_output=True, text=True, timeout=180
+    )
+    assert out.stderr == "", out.stderr
+    assert out.returncode == 141, (out.returncode, out.stderr)

@@ -97,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`insitu inspect ... | head`): stop quietly, as Unix tools do. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the signal
     except Exception as exc:  # one line naming what is at fault, not a traceback
         if args.debug or os.environ.get("INSITU_DEBUG", "") not in ("", "0"):
             raise
