@@ -1,15 +1,20 @@
-"""Pool memory: private anonymous arenas, and bulk page commits that never change values."""
+"""Pool memory: private anonymous arenas, bulk page commits that never change values, and the
+background commit of fresh arena pages ahead of the decoders."""
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from insitu.arrays.geometry import ArrayGeometry
-from insitu.engine.pool import allocate_arena
-from insitu.plan.memory import populate_for_write
+from insitu.arrays.transforms import source_spec
+from insitu.engine.pool import ArrayPool, allocate_arena
+from insitu.engine.prefault import ArenaPrefaulter
+from insitu.plan.memory import can_populate, populate_for_write
 
 
 def _mapping_of(addr: int) -> str:
@@ -45,3 +50,66 @@ def test_populate_keeps_values_and_tolerates_unaligned_views(offset: int) -> Non
     populate_for_write(view)
     np.testing.assert_array_equal(view, before)
     populate_for_write(buf[:10])  # smaller than a page: nothing to do
+
+
+def _pool(slab_bytes: int, n_slots: int) -> ArrayPool:
+    n = slab_bytes // 4
+    geom = ArrayGeometry(name="a", path="a", shape=(n_slots, n), dtype=np.dtype("f4"), chunk_shape=(1, n))
+    return ArrayPool(geom, n_slots, allocate_arena(geom, n_slots), source_spec(geom))
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s  # generous: the thread only runs on idle CPU time
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.skipif(not can_populate(), reason="MADV_POPULATE_WRITE unavailable (Linux < 5.14)")
+def test_prefault_commits_arena_pages_a_bounded_distance_ahead_of_the_slots_taken() -> None:
+    pool = _pool(1 << 20, 48)  # 48 one-MiB slots
+    prefault = ArenaPrefaulter([pool], ahead_bytes=8 << 20)
+    try:
+        assert _wait_for(lambda: prefault.committed_bytes == 8 << 20)
+        time.sleep(0.05)
+        assert prefault.committed_bytes == 8 << 20  # no further while no slot is taken
+        for slab in range(16):  # the decoders commit the slots they take: it goes on from there
+            pool.reserve(slab)
+        assert _wait_for(lambda: prefault.committed_bytes == 16 << 20)
+        time.sleep(0.05)
+        assert prefault.committed_bytes == 16 << 20
+        for slab in range(16, 48):
+            pool.reserve(slab)
+        assert prefault.thread is not None
+        prefault.thread.join(60)  # every slot taken: nothing left to commit, the thread ends
+        assert not prefault.thread.is_alive()
+    finally:
+        prefault.stop()
+
+
+@pytest.mark.skipif(not can_populate(), reason="MADV_POPULATE_WRITE unavailable (Linux < 5.14)")
+def test_prefault_stops_on_request_and_when_its_pool_is_collected() -> None:
+    stopped = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20)
+    stopped.stop()
+    collected = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20)  # its pool is garbage now
+    for prefault in (stopped, collected):
+        assert prefault.thread is not None
+        prefault.thread.join(60)
+        assert not prefault.thread.is_alive()
+
+
+def test_prefault_keeps_what_decoders_already_wrote() -> None:
+    pool = _pool(64 << 10, 64)
+    entry = pool.reserve(0)
+    assert entry is not None
+    slot = pool.view(entry.slot)
+    slot[...] = np.arange(slot.size, dtype="f4").reshape(slot.shape)
+    prefault = ArenaPrefaulter([pool], ahead_bytes=1 << 30)
+    try:
+        if prefault.thread is not None:
+            prefault.thread.join(60)
+        np.testing.assert_array_equal(pool.view(entry.slot).ravel(), np.arange(slot.size, dtype="f4"))
+    finally:
+        prefault.stop()

@@ -173,6 +173,7 @@ class Engine:
         if not self.loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down: nothing runs there
                 self.loop.call_soon_threadsafe(self._cancel_tasks)
+        self.pool.stop_prefault()
         self.pump.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -183,6 +184,7 @@ class Engine:
 
     def shutdown_threads(self) -> None:
         """Wait for the decode threads and the cache-check threads to finish their work and exit."""
+        self.pool.stop_prefault()
         self.pump.shutdown()
         self.executor.shutdown(wait=True, cancel_futures=False)
 

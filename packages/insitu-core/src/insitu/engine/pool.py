@@ -28,6 +28,7 @@ import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
+from insitu.engine.prefault import ArenaPrefaulter
 from insitu.engine.scatter import Destinations
 
 LOADING, READY, FAILED = 0, 1, 2
@@ -164,6 +165,11 @@ class ArrayPool:
     def has_spare(self) -> bool:
         """True when resident slabs wait unpinned with no planned use (a cache for later passes)."""
         return bool(self._spare)
+
+    @property
+    def high_water_slots(self) -> int:
+        """Slots ``[0, this)`` have been handed out at least once (their pages are committed)."""
+        return self._fresh
 
     @property
     def slots_in_use(self) -> int:
@@ -327,12 +333,20 @@ class ChunkPool:
     (:mod:`insitu.engine.scatter`).
     """
 
-    def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int) -> None:
+    def __init__(
+        self, arrays: dict[str, ArrayPool], budget_bytes: int, prefaulter: ArenaPrefaulter | None = None
+    ) -> None:
         self.arrays = arrays
         self.budget_bytes = budget_bytes
+        self.prefaulter = prefaulter  # commits fresh arena pages in idle CPU time (heap arenas)
         self._resident = ResidentBytes(sum(p.slots_in_use * p.slot_nbytes for p in arrays.values()))
         for p in arrays.values():
             p.resident = self._resident
+
+    def stop_prefault(self) -> None:
+        """Stop committing arena pages ahead of the decoders (never blocks)."""
+        if self.prefaulter is not None:
+            self.prefaulter.stop()
 
     @property
     def resident_bytes(self) -> int:

@@ -11,6 +11,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import ChunkTransform, SlabSpec
 from insitu.engine.cache import PersistentCache
 from insitu.engine.pool import ArrayPool, ChunkPool, allocate_arena
+from insitu.engine.prefault import ArenaPrefaulter
 from insitu.options import CacheOptions
 from insitu.plan.budget import MemoryPlan
 
@@ -32,4 +33,6 @@ def open_pool(
     else:
         arenas = {path: allocate_arena(g, memory.slots[path], specs[path]) for path, g in arrays.items()}
     pools = {path: ArrayPool(g, memory.slots[path], arenas[path], specs[path]) for path, g in arrays.items()}
-    return ChunkPool(pools, memory.budget_bytes), cache
+    # Heap arenas only: a persisted cache's arenas are files, adopted slabs already in them.
+    prefaulter = ArenaPrefaulter(list(pools.values())) if cache is None else None
+    return ChunkPool(pools, memory.budget_bytes, prefaulter), cache

@@ -47,6 +47,11 @@ def _load_madvise() -> object | None:
 _madvise = _load_madvise()
 
 
+def can_populate() -> bool:
+    """Whether :func:`populate_for_write` commits pages here (False once the kernel refused it)."""
+    return _madvise is not None
+
+
 def populate_for_write(view: np.ndarray) -> None:
     """Commit the pages under ``view`` (a contiguous array) ahead of writing them; never raises."""
     global _madvise
