@@ -309,15 +309,45 @@ def _insitubatch_python(session: nox.Session) -> str | None:
     return str(python)
 
 
+# tensorstore, the C++ reference engine (zarr3 driver): its own 3.12 virtualenv too, so its wheels
+# never pin the numpy the insitu engines are measured with.
+TENSORSTORE_VENV = ROOT / ".nox" / "bench-tensorstore-py312"
+
+
+def _tensorstore_python(session: nox.Session) -> str | None:
+    """The 3.12 interpreter with tensorstore, created on first use; None (with a note) when impossible."""
+    python = TENSORSTORE_VENV / "bin" / "python"
+    check = [str(python), "-c", "import tensorstore, zarr, psutil"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(python)
+    py312, uv = _python312(), _uv()
+    if py312 is None or uv is None:
+        session.warn(
+            f"bench: no {'python3.12' if py312 is None else 'uv'} on this machine; tensorstore is skipped"
+        )
+        return None
+    session.run_install(uv, "venv", "--clear", "-p", py312, str(TENSORSTORE_VENV), external=True)
+    # zarr: the suite's common module imports it under every interpreter (its latency wrappers).
+    session.run_install(
+        uv, "pip", "install", "--python", str(python), "tensorstore", "zarr", "psutil", external=True
+    )
+    return str(python)
+
+
 def _bench_env(session: nox.Session) -> list[str]:
-    """The benchmark environment; returns the ``--insitubatch-python`` arguments (none without 3.12)."""
+    """The benchmark environment; returns the ``--insitubatch-python`` and ``--tensorstore-python``
+    arguments (none without 3.12)."""
     # pip (not uv) for torch: see TORCH. xbatcher in the same call keeps torch at the pinned wheel.
     session.install(TORCH, "xarray", "xbatcher")
     session.install(*_editable("insitu-core", "insitu-stores"), "psutil", "matplotlib", "moto[server]")
-    if "--insitubatch-python" in session.posargs:
-        return []
-    python = _insitubatch_python(session)
-    return [] if python is None else ["--insitubatch-python", python]
+    extra = []
+    for flag, make in (("--insitubatch-python", _insitubatch_python), ("--tensorstore-python", _tensorstore_python)):
+        if flag in session.posargs:
+            continue
+        python = make(session)
+        if python is not None:
+            extra += [flag, python]
+    return extra
 
 
 @nox.session(python="3.11", venv_backend="venv", default=False)

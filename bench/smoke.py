@@ -1,11 +1,14 @@
 """Regression guard: a few minutes of the suite, its ratios checked against a committed baseline.
 
 Runs ``bench/run.py`` on a small plan (cases c1 and c8, local disk and 20 ms per GET,
-insitu with its defaults and without a cache, insitubatch and the decode ceiling,
+insitu with its defaults and without a cache, insitubatch, tensorstore (local disk only) and
+the decode ceiling,
 512 samples, medians of 3 fresh processes per setting) and computes, per condition
 and case, the ratios the project's targets are stated in:
 
 - ``insitu / insitubatch`` and ``insitu_stream / insitubatch`` (cold MB/s, best tuning);
+- ``insitu / tensorstore`` and ``insitu_stream / tensorstore`` (local disk: tensorstore reads
+  local files only here);
 - ``insitu / ceiling_decode`` and ``insitu_stream / ceiling_decode`` (local disk only).
 
 Ratios are read rather than absolute speeds: every engine of a run shares the machine's
@@ -47,11 +50,14 @@ PLAN = [
     "insitu",
     "insitu_stream",
     "insitubatch",
+    "tensorstore",
     "ceiling_decode",
 ]
 RATIOS = (
     ("insitu", "insitubatch"),
     ("insitu_stream", "insitubatch"),
+    ("insitu", "tensorstore"),
+    ("insitu_stream", "tensorstore"),
     ("insitu", "ceiling_decode"),
     ("insitu_stream", "ceiling_decode"),
 )
@@ -93,12 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, default=BASELINE)
     ap.add_argument("--from", dest="source", type=Path, help="a suite.json to check instead of running")
     ap.add_argument("--insitubatch-python", help="passed to bench/run.py")
+    ap.add_argument("--tensorstore-python", help="passed to bench/run.py")
     args = ap.parse_args(argv)
     if args.source is None:
         out = Path(tempfile.mkdtemp(prefix="insitu-bench-smoke-"))
         cmd = [sys.executable, str(HERE / "run.py"), *PLAN, "--out", str(out)]
         if args.insitubatch_python:
             cmd += ["--insitubatch-python", args.insitubatch_python]
+        if args.tensorstore_python:
+            cmd += ["--tensorstore-python", args.tensorstore_python]
         print("bench-smoke:", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         args.source = out / "suite.json"

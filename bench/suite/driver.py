@@ -59,6 +59,7 @@ ENGINES = [
     "chunkaware",
     "naive",
     "simple",
+    "tensorstore",
     "ceiling_decode",
     "ceiling_decode_out",
     "ceiling_gather",
@@ -84,6 +85,7 @@ REQUIRES = {
     "insitu": ["insitu"],
     "insitu_stream": ["insitu"],
     "insitubatch": ["insitubatch", "zarr"],
+    "tensorstore": ["tensorstore"],
     "xbatcher": ["torch", "xarray", "xbatcher", "zarr"],
     "workers": ["torch", "zarr"],
     "chunkaware": ["torch", "zarr"],
@@ -95,11 +97,14 @@ PACKAGES = [
     "insitu-core",
     "insitu-stores",
     "insitubatch",
+    "tensorstore",
     "obstore",
     "torch",
     "xarray",
     "xbatcher",
 ]
+# Engines that run only under an interpreter of their own (--<engine>-python), with what it needs.
+OWN_VENV = {"insitubatch": "insitubatch==0.2.0", "tensorstore": "tensorstore"}
 BEST_WORKER = "best-worker"  # plan placeholder: the best worker stack (engine, tuning) at local
 
 
@@ -122,7 +127,15 @@ _ALL = tuple(ENGINES)
 _REMOTE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_rawget")
 # Loaders that read through one asyncio store: a worker stack's failures under 503s say nothing new.
 _THROTTLE_SET = ("insitu", "insitu_stream", "insitubatch")
-_CASE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_decode", "ceiling_decode_out")
+_CASE_SET = (
+    "insitu",
+    "insitu_stream",
+    "insitubatch",
+    "tensorstore",
+    BEST_WORKER,
+    "ceiling_decode",
+    "ceiling_decode_out",
+)
 MODES = {
     "quick": Mode(
         samples=512,
@@ -188,6 +201,9 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
         return _unique(out)
     if engine in WORKER_STACKS:
         return [{"num_workers": w} for w in mode.num_workers]
+    if engine == "tensorstore":  # the same blocks as insitu's sweep; its C++ pool on every core
+        threads = os.cpu_count() or 1
+        return _unique([{"threads": threads, "block_chunks": max(1, b // spc)} for b in mode.block_samples])
     if engine == "simple":
         return [{"threads": os.cpu_count() or 1, "block_chunks": max(1, 256 // spc)}]
     if engine == "ceiling_rawget":
@@ -496,6 +512,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results folder")
     ap.add_argument("--work", type=Path, help="data cache (default: $TMPDIR/insitu-bench)")
     ap.add_argument("--insitubatch-python", help="Python 3.12 interpreter with insitubatch==0.2.0")
+    ap.add_argument("--tensorstore-python", help="Python 3.12 interpreter with tensorstore (zarr3 driver)")
     ap.add_argument(
         "--torch-python", help="interpreter for xbatcher, workers, chunkaware (default: this one)"
     )
@@ -588,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.torch_python:
         interpreters.update(dict.fromkeys(WORKER_STACKS, args.torch_python))
     interpreters["insitubatch"] = args.insitubatch_python or ""
+    interpreters["tensorstore"] = args.tensorstore_python or ""
     wanted = {e for entries in plan.values() for _, es in entries for e in es}
     if BEST_WORKER in wanted:
         wanted = (wanted - {BEST_WORKER}) | set(WORKER_STACKS)
@@ -600,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (ENGINES_DIR / f"run_{e}.py").exists():
             skip[e] = f"no runner bench/suite/engines/run_{e}.py"
         elif not python:
-            skip[e] = "no --insitubatch-python given (a Python 3.12 virtualenv with insitubatch==0.2.0)"
+            skip[e] = f"no --{e}-python given (a Python 3.12 virtualenv with {OWN_VENV[e]})"
         elif probes.get(python) is None:
             skip[e] = f"interpreter {python} does not start"
         else:

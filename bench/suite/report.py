@@ -53,7 +53,16 @@ from portable import portable_paths
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
 PER_SAMPLE_STACKS = ("xbatcher", "workers")
 CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather", "ceiling_rawget")
-ENGINE_ORDER = ("insitu", "insitu_stream", "insitubatch", *WORKER_STACKS, "naive", "simple", *CEILINGS)
+ENGINE_ORDER = (
+    "insitu",
+    "insitu_stream",
+    "insitubatch",
+    "tensorstore",
+    *WORKER_STACKS,
+    "naive",
+    "simple",
+    *CEILINGS,
+)
 CONDITION_ORDER = ("local", "latency", "latency100", "throttle", "http", "s3")
 CASE_ORDER = ("c1", "c2", "c8", "c32", "multivar", "window", "sharded")
 CONDITION_TITLES = {
@@ -74,6 +83,7 @@ COLORS = {
     "chunkaware": "tab:purple",
     "naive": "tab:brown",
     "simple": "tab:pink",
+    "tensorstore": "tab:cyan",
     "ceiling_decode": "black",
     "ceiling_decode_out": "dimgray",
     "ceiling_gather": "tab:gray",
