@@ -341,7 +341,10 @@ def _bench_env(session: nox.Session) -> list[str]:
     session.install(TORCH, "xarray", "xbatcher")
     session.install(*_editable("insitu-core", "insitu-stores"), "psutil", "matplotlib", "moto[server]")
     extra = []
-    for flag, make in (("--insitubatch-python", _insitubatch_python), ("--tensorstore-python", _tensorstore_python)):
+    for flag, make in (
+        ("--insitubatch-python", _insitubatch_python),
+        ("--tensorstore-python", _tensorstore_python),
+    ):
         if flag in session.posargs:
             continue
         python = make(session)

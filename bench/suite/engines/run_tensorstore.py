@@ -59,10 +59,8 @@ class BlockLoader:
 
     def _issue(self, chunks: np.ndarray) -> list[list[Any]]:
         """Start the reads of every chunk of a block: per variable, one future per chunk."""
-        out = []
-        for a in self.arrays:
-            out.append([a[int(c) * self.spc : min(self.n, (int(c) + 1) * self.spc)].read() for c in chunks])
-        return out
+        spans = [(int(c) * self.spc, min(self.n, (int(c) + 1) * self.spc)) for c in chunks]
+        return [[a[lo:hi].read() for lo, hi in spans] for a in self.arrays]
 
     def epoch(self, seed: int) -> Iterator[list[np.ndarray]]:
         """One epoch's batches; each list holds one array per variable (reused buffers)."""

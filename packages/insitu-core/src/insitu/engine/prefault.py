@@ -29,12 +29,11 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import numpy as np
 
 from insitu.plan.memory import can_populate, populate_for_write
-
-if TYPE_CHECKING:
-    from insitu.engine.pool import ArrayPool
 
 #: Bytes committed per step (one madvise call), between checks for a stop.
 STEP_BYTES = 4 << 20
@@ -45,10 +44,30 @@ AHEAD_BYTES = 64 << 20
 POLL_S = 0.005
 
 
+class FillingArena(Protocol):
+    """What the thread reads of a pool (an :class:`insitu.engine.pool.ArrayPool`): its arena, and
+    how far the slots handed out reach into it."""
+
+    @property
+    def arena(self) -> np.ndarray:
+        """The slots' memory, end to end."""
+        ...
+
+    @property
+    def high_water_slots(self) -> int:
+        """Slots ``[0, this)`` were handed out at least once."""
+        ...
+
+    @property
+    def slot_nbytes(self) -> int:
+        """Bytes of one slot."""
+        ...
+
+
 class ArenaPrefaulter:
     """Commits the pages of ``pools``' arenas just ahead of their fill, in a background thread."""
 
-    def __init__(self, pools: Sequence[ArrayPool], *, ahead_bytes: int = AHEAD_BYTES) -> None:
+    def __init__(self, pools: Sequence[FillingArena], *, ahead_bytes: int = AHEAD_BYTES) -> None:
         self.ahead_bytes = ahead_bytes
         self._stop = threading.Event()
         self._pools = [weakref.ref(p) for p in pools if p.arena.nbytes > 0]
@@ -107,9 +126,9 @@ class ArenaPrefaulter:
 def _lowest_priority() -> None:
     """Give the calling thread only CPU time nothing else wants (Linux: per-thread)."""
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return
     except (AttributeError, OSError):
         pass
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # type: ignore[attr-defined]
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
