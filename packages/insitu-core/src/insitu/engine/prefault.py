@@ -3,23 +3,21 @@
 A cold pass with a cache writes every decoded byte into arena pages never
 touched before, and the kernel zeroes each page as it is committed: on the
 2-core reference machine that ran at 1-2 GB/s against 16-30 GB/s for
-rewriting warm memory, a cost the decode threads pay inside the pass while a
-streamed pass (``cache_budget_bytes=0``) does not. Huge pages would commit
-the same memory four times faster where they are free, but where memory is
-fragmented the kernel compacts it on first touch (THP defrag "madvise") and
-the pass got two to three times more system time instead, so arenas stay on
-small pages.
+rewriting warm memory, paid by the decode threads inside the pass. Huge
+pages would commit the same memory four times faster where they are free,
+but where memory is fragmented the kernel compacts it on first touch (THP
+defrag "madvise") and the pass got two to three times more system time
+instead, so arenas stay on small pages.
 
-Here one thread per pool, at the idle scheduling class (``SCHED_IDLE``; nice
-19 where that is refused), commits each heap arena's pages a few megabytes at
-a time, at most ``ahead_bytes`` past the slots handed out so far. It only
-gets a core the decode threads leave idle (start-up, a store's round trips, a
-consumer busy with its model), so the slots are committed by the time they
-are written; while the decoders keep every core busy it gets none, and they
-commit their own pages as before (:func:`insitu.plan.memory.populate_for_write`).
-It holds its pools weakly and stops when they are collected, when
-:meth:`ArenaPrefaulter.stop` is called (``close()``) or when every arena is
-committed.
+Here one thread per pool, at the lowest priority (nice 19), commits each
+heap arena's pages a megabyte at a time, at most ``ahead_bytes`` past the
+slots handed out so far. It mostly gets a core the decode threads leave idle
+(start-up, a store's round trips, a consumer busy with its model), so those
+slots are committed by the time they are written; while the decoders keep
+every core busy it gets next to none, and they commit their own pages as
+before (:func:`insitu.plan.memory.populate_for_write`). It holds its pools
+weakly and stops when they are collected, when :meth:`ArenaPrefaulter.stop`
+is called (``close()``) or when every arena is committed.
 """
 
 from __future__ import annotations
@@ -29,14 +27,14 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from insitu.plan.memory import can_populate, populate_for_write
 
 #: Bytes committed per step (one madvise call), between checks for a stop.
-STEP_BYTES = 4 << 20
+STEP_BYTES = 1 << 20
 #: How far past the slots handed out the thread commits: enough for the decoders' next blocks,
 #: little enough that a pass which stops early has not committed the whole budget.
 AHEAD_BYTES = 64 << 20
@@ -70,11 +68,11 @@ class ArenaPrefaulter:
     def __init__(self, pools: Sequence[FillingArena], *, ahead_bytes: int = AHEAD_BYTES) -> None:
         self.ahead_bytes = ahead_bytes
         self._stop = threading.Event()
-        self._pools = [weakref.ref(p) for p in pools if p.arena.nbytes > 0]
-        self._done = [0] * len(self._pools)  # per arena: bytes below this are committed
+        # [pool, bytes of its arena below which pages are committed], for arenas not yet done.
+        self._todo: list[list[Any]] = [[weakref.ref(p), 0] for p in pools if p.arena.nbytes > 0]
         self._committed = 0
         self.thread: threading.Thread | None = None
-        if self._pools and can_populate():
+        if self._todo and can_populate():
             self.thread = threading.Thread(target=self._run, name="insitu-prefault", daemon=True)
             self.thread.start()
 
@@ -89,46 +87,43 @@ class ArenaPrefaulter:
 
     def _run(self) -> None:
         _lowest_priority()
-        while not self._stop.is_set():
-            progressed, unfinished = self._step()
-            if not unfinished:
-                return
-            if not progressed:
+        while self._todo and not self._stop.is_set():
+            if not self._round():
                 self._stop.wait(POLL_S)
 
-    def _step(self) -> tuple[bool, bool]:
-        """Commit one step of the first arena that is behind its limit: (did anything, is any
-        arena left to commit)."""
-        unfinished = False
-        for i, ref in enumerate(self._pools):
-            pool = ref()
+    def _round(self) -> bool:
+        """One step for every arena behind its limit (arenas done, or whose pool was collected,
+        leave the list); whether anything was committed."""
+        progressed = False
+        still = []
+        for item in self._todo:
+            if self._stop.is_set():
+                return progressed
+            pool = item[0]()
             if pool is None:  # its dataset is gone: nothing of it to commit
                 continue
             arena = pool.arena
             total = arena.nbytes
             # The decoders commit the slots they write; go on from where they will write next.
             filled = pool.high_water_slots * pool.slot_nbytes
-            start = self._done[i] = max(self._done[i], filled)
-            if start >= total:
-                continue
-            unfinished = True
+            start = item[1] = max(item[1], filled)
             end = min(total, filled + self.ahead_bytes, start + STEP_BYTES)
-            if end <= start:
-                continue
-            flat = arena.reshape(-1).view("u1")
-            populate_for_write(flat[start:end])
-            self._done[i] = end
-            self._committed += end - start
-            return True, True
-        return False, unfinished
+            if end > start:
+                populate_for_write(arena.reshape(-1).view("u1")[start:end])
+                item[1] = end
+                self._committed += end - start
+                progressed = True
+            del pool, arena  # hold no pool between steps: its dataset may be collected meanwhile
+            if item[1] < total:
+                still.append(item)
+        self._todo = still
+        return progressed
 
 
 def _lowest_priority() -> None:
-    """Give the calling thread only CPU time nothing else wants (Linux: per-thread)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (AttributeError, OSError):
-        pass
+    """Nice 19 for the calling thread (Linux: per-thread). Not ``SCHED_IDLE``: committing pages
+    holds the process's memory-map lock for reading, and a thread that may wait indefinitely for a
+    core while holding it would stall every ``mmap`` of the process behind it on a busy machine;
+    at nice 19 it still gets a small share, so each step ends soon."""
     with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
