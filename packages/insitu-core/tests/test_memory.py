@@ -70,7 +70,7 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> bool:
 @pytest.mark.skipif(not can_populate(), reason="MADV_POPULATE_WRITE unavailable (Linux < 5.14)")
 def test_prefault_commits_arena_pages_a_bounded_distance_ahead_of_the_slots_taken() -> None:
     pool = _pool(1 << 20, 48)  # 48 one-MiB slots
-    prefault = ArenaPrefaulter([pool], ahead_bytes=8 << 20)
+    prefault = ArenaPrefaulter([pool], ahead_bytes=8 << 20, start_after_bytes=0)
     try:
         assert _wait_for(lambda: prefault.committed_bytes == 8 << 20)
         time.sleep(0.05)
@@ -90,10 +90,26 @@ def test_prefault_commits_arena_pages_a_bounded_distance_ahead_of_the_slots_take
 
 
 @pytest.mark.skipif(not can_populate(), reason="MADV_POPULATE_WRITE unavailable (Linux < 5.14)")
+def test_prefault_waits_until_the_first_batch_is_in() -> None:
+    # The first slots are the first batch's: the thread must not compete with their decode.
+    pool = _pool(1 << 20, 32)
+    prefault = ArenaPrefaulter([pool], ahead_bytes=4 << 20, start_after_bytes=8 << 20)
+    try:
+        for slab in range(7):
+            pool.reserve(slab)
+        time.sleep(0.2)
+        assert prefault.committed_bytes == 0
+        pool.reserve(7)  # 8 MiB handed out: it starts, 4 MiB ahead of them
+        assert _wait_for(lambda: prefault.committed_bytes == 4 << 20)
+    finally:
+        prefault.stop()
+
+
+@pytest.mark.skipif(not can_populate(), reason="MADV_POPULATE_WRITE unavailable (Linux < 5.14)")
 def test_prefault_stops_on_request_and_when_its_pool_is_collected() -> None:
-    stopped = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20)
+    stopped = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20, start_after_bytes=0)
     stopped.stop()
-    collected = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20)  # its pool is garbage now
+    collected = ArenaPrefaulter([_pool(1 << 20, 64)], ahead_bytes=4 << 20, start_after_bytes=0)
     for prefault in (stopped, collected):
         assert prefault.thread is not None
         prefault.thread.join(60)
@@ -106,7 +122,7 @@ def test_prefault_keeps_what_decoders_already_wrote() -> None:
     assert entry is not None
     slot = pool.view(entry.slot)
     slot[...] = np.arange(slot.size, dtype="f4").reshape(slot.shape)
-    prefault = ArenaPrefaulter([pool], ahead_bytes=1 << 30)
+    prefault = ArenaPrefaulter([pool], ahead_bytes=1 << 30, start_after_bytes=0)
     try:
         if prefault.thread is not None:
             prefault.thread.join(60)

@@ -333,15 +333,20 @@ class ChunkPool:
     (:mod:`insitu.engine.scatter`).
     """
 
-    def __init__(
-        self, arrays: dict[str, ArrayPool], budget_bytes: int, prefaulter: ArenaPrefaulter | None = None
-    ) -> None:
+    def __init__(self, arrays: dict[str, ArrayPool], budget_bytes: int, *, heap_arenas: bool = True) -> None:
         self.arrays = arrays
         self.budget_bytes = budget_bytes
-        self.prefaulter = prefaulter  # commits fresh arena pages in idle CPU time (heap arenas)
+        self.heap_arenas = heap_arenas  # False: memory-mapped files of a persisted cache
+        self.prefaulter: ArenaPrefaulter | None = None
         self._resident = ResidentBytes(sum(p.slots_in_use * p.slot_nbytes for p in arrays.values()))
         for p in arrays.values():
             p.resident = self._resident
+
+    def start_prefault(self) -> None:
+        """Commit fresh heap-arena pages ahead of the decoders, in idle CPU time (see
+        :mod:`insitu.engine.prefault`); once, and never for a persisted cache's file arenas."""
+        if self.heap_arenas and self.prefaulter is None:
+            self.prefaulter = ArenaPrefaulter(list(self.arrays.values()))
 
     def stop_prefault(self) -> None:
         """Stop committing arena pages ahead of the decoders (never blocks)."""

@@ -9,15 +9,19 @@ but where memory is fragmented the kernel compacts it on first touch (THP
 defrag "madvise") and the pass got two to three times more system time
 instead, so arenas stay on small pages.
 
-Here one thread per pool, at the lowest priority (nice 19), commits each
-heap arena's pages a megabyte at a time, at most ``ahead_bytes`` past the
-slots handed out so far. It mostly gets a core the decode threads leave idle
-(start-up, a store's round trips, a consumer busy with its model), so those
-slots are committed by the time they are written; while the decoders keep
-every core busy it gets next to none, and they commit their own pages as
-before (:func:`insitu.plan.memory.populate_for_write`). It holds its pools
-weakly and stops when they are collected, when :meth:`ArenaPrefaulter.stop`
-is called (``close()``) or when every arena is committed.
+On a remote store (the engine starts it there only: with local files the
+decoders keep the cores busy, and on the reference machine the thread then
+delayed the first batch by 7-11 ms and made the cold pass no faster) one
+thread per pool, at the lowest priority (nice 19), commits each heap arena's
+pages a megabyte at a time, at most ``ahead_bytes`` past the slots handed out
+so far, once the decoders have filled the first ``start_after_bytes`` of the
+arena (the first batch). It mostly gets a core the decode threads leave idle
+(a store's round trips, a consumer busy with its model), so those slots are
+committed by the time they are written; while the decoders keep every core
+busy it gets next to none, and they commit their own pages as before
+(:func:`insitu.plan.memory.populate_for_write`). It holds its pools weakly
+and stops when they are collected, when :meth:`ArenaPrefaulter.stop` is
+called (``close()``) or when every arena is committed.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ STEP_BYTES = 1 << 20
 #: How far past the slots handed out the thread commits: enough for the decoders' next blocks,
 #: little enough that a pass which stops early has not committed the whole budget.
 AHEAD_BYTES = 64 << 20
+#: Slots an arena's decoders fill before the thread starts on it: the first batch's slabs go in
+#: first. Started at once, it took a core and the memory-map lock from the first block's decode
+#: and delayed the first batch by a third to a half on the 2-core reference machine.
+START_AFTER_BYTES = 16 << 20
 #: How long the thread sleeps when it is ``ahead_bytes`` ahead, before looking again.
 POLL_S = 0.005
 
@@ -65,8 +73,15 @@ class FillingArena(Protocol):
 class ArenaPrefaulter:
     """Commits the pages of ``pools``' arenas just ahead of their fill, in a background thread."""
 
-    def __init__(self, pools: Sequence[FillingArena], *, ahead_bytes: int = AHEAD_BYTES) -> None:
+    def __init__(
+        self,
+        pools: Sequence[FillingArena],
+        *,
+        ahead_bytes: int = AHEAD_BYTES,
+        start_after_bytes: int = START_AFTER_BYTES,
+    ) -> None:
         self.ahead_bytes = ahead_bytes
+        self.start_after_bytes = start_after_bytes
         self._stop = threading.Event()
         # [pool, bytes of its arena below which pages are committed], for arenas not yet done.
         self._todo: list[list[Any]] = [[weakref.ref(p), 0] for p in pools if p.arena.nbytes > 0]
@@ -108,6 +123,8 @@ class ArenaPrefaulter:
             filled = pool.high_water_slots * pool.slot_nbytes
             start = item[1] = max(item[1], filled)
             end = min(total, filled + self.ahead_bytes, start + STEP_BYTES)
+            if filled < min(self.start_after_bytes, total):
+                end = start  # not yet: the first batch's slabs are still being decoded
             if end > start:
                 populate_for_write(arena.reshape(-1).view("u1")[start:end])
                 item[1] = end

@@ -11,7 +11,6 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import ChunkTransform, SlabSpec
 from insitu.engine.cache import PersistentCache
 from insitu.engine.pool import ArrayPool, ChunkPool, allocate_arena
-from insitu.engine.prefault import ArenaPrefaulter
 from insitu.options import CacheOptions
 from insitu.plan.budget import MemoryPlan
 
@@ -33,6 +32,5 @@ def open_pool(
     else:
         arenas = {path: allocate_arena(g, memory.slots[path], specs[path]) for path, g in arrays.items()}
     pools = {path: ArrayPool(g, memory.slots[path], arenas[path], specs[path]) for path, g in arrays.items()}
-    # Heap arenas only: a persisted cache's arenas are files, adopted slabs already in them.
-    prefaulter = ArenaPrefaulter(list(pools.values())) if cache is None else None
-    return ChunkPool(pools, memory.budget_bytes, prefaulter), cache
+    # Heap arenas only may be committed ahead (a persisted cache's arenas are files).
+    return ChunkPool(pools, memory.budget_bytes, heap_arenas=cache is None), cache
