@@ -46,8 +46,10 @@ AHEAD_BYTES = 64 << 20
 #: first. Started at once, it took a core and the memory-map lock from the first block's decode
 #: and delayed the first batch by a third to a half on the 2-core reference machine.
 START_AFTER_BYTES = 16 << 20
-#: How long the thread sleeps when it is ``ahead_bytes`` ahead, before looking again.
+#: How long the thread sleeps when it has nothing to commit, before looking again: doubled each
+#: time nothing moved, up to ``MAX_POLL_S`` (an arena the data never fills must not keep waking it).
 POLL_S = 0.005
+MAX_POLL_S = 0.2
 
 
 class FillingArena(Protocol):
@@ -102,9 +104,13 @@ class ArenaPrefaulter:
 
     def _run(self) -> None:
         _lowest_priority()
+        wait = POLL_S
         while self._todo and not self._stop.is_set():
-            if not self._round():
-                self._stop.wait(POLL_S)
+            if self._round():
+                wait = POLL_S
+            else:
+                self._stop.wait(wait)
+                wait = min(2 * wait, MAX_POLL_S)
 
     def _round(self) -> bool:
         """One step for every arena behind its limit (arenas done, or whose pool was collected,
