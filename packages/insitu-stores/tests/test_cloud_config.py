@@ -248,7 +248,9 @@ def test_refused_credentials_say_what_to_check_without_quoting_them(
     with pytest.raises(StorePermissionError) as info:
         run(fetcher.get("c/2/0"))
     message = str(info.value)
-    assert "the credentials were refused or lack permission" in message
+    # The service's code leads, with the hint for that code (the proxy answers S3's AccessDenied).
+    assert message.startswith("AccessDenied: "), message
+    assert "the credentials were accepted but lack permission" in message
     assert "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in message
     assert proxy.requests_to("d.zarr/c/2/0") == 1
     assert fetcher.retries == 0
