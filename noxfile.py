@@ -290,23 +290,30 @@ def _uv() -> str | None:
     return str(find_uv_bin())
 
 
-def _insitubatch_python(session: nox.Session) -> str | None:
-    """The 3.12 interpreter with insitubatch, created on first use; None (with a note) when impossible."""
-    python = INSITUBATCH_VENV / "bin" / "python"
-    check = [str(python), "-c", "import insitubatch, obstore, psutil"]
+def _py312_venv(
+    session: nox.Session, venv: Path, engine: str, packages: tuple[str, ...], imports: str
+) -> str | None:
+    """The python of a 3.12 virtualenv holding ``packages``, created on first use (reused while
+    ``imports`` import there); None, with a note that ``engine`` is skipped, when impossible."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", f"import {imports}"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return str(python)
     py312, uv = _python312(), _uv()
     if py312 is None or uv is None:
         session.warn(
-            f"bench: no {'python3.12' if py312 is None else 'uv'} on this machine; insitubatch is skipped"
+            f"bench: no {'python3.12' if py312 is None else 'uv'} on this machine; {engine} is skipped"
         )
         return None
-    session.run_install(uv, "venv", "--clear", "-p", py312, str(INSITUBATCH_VENV), external=True)
-    session.run_install(
-        uv, "pip", "install", "--python", str(python), INSITUBATCH, "obstore", "psutil", external=True
-    )
+    session.run_install(uv, "venv", "--clear", "-p", py312, str(venv), external=True)
+    session.run_install(uv, "pip", "install", "--python", str(python), *packages, external=True)
     return str(python)
+
+
+def _insitubatch_python(session: nox.Session) -> str | None:
+    """The 3.12 interpreter with insitubatch."""
+    packages = (INSITUBATCH, "obstore", "psutil")
+    return _py312_venv(session, INSITUBATCH_VENV, "insitubatch", packages, "insitubatch, obstore, psutil")
 
 
 # tensorstore, the C++ reference engine (zarr3 driver): its own 3.12 virtualenv too, so its wheels
@@ -315,23 +322,10 @@ TENSORSTORE_VENV = ROOT / ".nox" / "bench-tensorstore-py312"
 
 
 def _tensorstore_python(session: nox.Session) -> str | None:
-    """The 3.12 interpreter with tensorstore, created on first use; None (with a note) when impossible."""
-    python = TENSORSTORE_VENV / "bin" / "python"
-    check = [str(python), "-c", "import tensorstore, zarr, psutil"]
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return str(python)
-    py312, uv = _python312(), _uv()
-    if py312 is None or uv is None:
-        session.warn(
-            f"bench: no {'python3.12' if py312 is None else 'uv'} on this machine; tensorstore is skipped"
-        )
-        return None
-    session.run_install(uv, "venv", "--clear", "-p", py312, str(TENSORSTORE_VENV), external=True)
-    # zarr: the suite's common module imports it under every interpreter (its latency wrappers).
-    session.run_install(
-        uv, "pip", "install", "--python", str(python), "tensorstore", "zarr", "psutil", external=True
-    )
-    return str(python)
+    """The 3.12 interpreter with tensorstore (zarr too: the suite's common module imports it under
+    every interpreter, for its latency wrappers)."""
+    packages = ("tensorstore", "zarr", "psutil")
+    return _py312_venv(session, TENSORSTORE_VENV, "tensorstore", packages, "tensorstore, zarr, psutil")
 
 
 def _bench_env(session: nox.Session) -> list[str]:

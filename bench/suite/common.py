@@ -250,6 +250,22 @@ class Clock:
         return time.perf_counter() - self.t0
 
 
+class Unsupported(Exception):
+    """A case, store or layout a runner does not read; the message says why (reported, not failed)."""
+
+
+def check_local_whole_blocks(spec: Spec, engine: str) -> None:
+    """The checks of a runner that reads local files in whole blocks and takes the tunings
+    ``threads`` and ``block_chunks``: anything else is :class:`Unsupported` or a ``ValueError``."""
+    if spec.store.kind != "local" or spec.store.latency_ms > 0:
+        raise Unsupported(f"reads local files only, not a {spec.store.kind} store")
+    if spec.case.window:
+        raise Unsupported(f"windowed samples span blocks; the {engine} runner reads whole blocks only")
+    unknown = set(spec.tuning) - {"threads", "block_chunks"}
+    if unknown:
+        raise ValueError(f"unknown {engine} tuning keys {sorted(unknown)}")
+
+
 def begin() -> tuple[int, Clock]:
     """The interpreter's RSS floor (after imports), and a clock started now: call right before
     opening the store and building the loader."""

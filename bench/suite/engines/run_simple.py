@@ -36,14 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numcodecs
 import numpy as np
-from common import Spec, begin, cold_epoch, emit
+from common import Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
 
 DEFAULT_THREADS = 2
 DEFAULT_BLOCK_SAMPLES = 256
-
-
-class Unsupported(Exception):
-    """The array is not in the layout this loader reads; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -213,13 +209,7 @@ def main() -> None:
     spec = Spec.load(sys.argv[1])
     case = spec.case
     try:
-        if spec.store.kind != "local" or spec.store.latency_ms > 0:
-            raise Unsupported(f"reads local files only, not a {spec.store.kind} store")
-        if case.window:
-            raise Unsupported("windowed samples span blocks; the simple loader reads whole blocks only")
-        unknown = set(spec.tuning) - {"threads", "block_chunks"}
-        if unknown:
-            raise ValueError(f"unknown simple tuning keys {sorted(unknown)}")
+        check_local_whole_blocks(spec, "simple")
         floor, clock = begin()
         layouts = [plain_layout(case.root, v) for v in case.variables]
         spc = layouts[0].samples_per_chunk

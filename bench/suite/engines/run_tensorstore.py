@@ -32,13 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-from common import Spec, begin, cold_epoch, emit
+from common import Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
 
 DEFAULT_BLOCK_SAMPLES = 256
-
-
-class Unsupported(Exception):
-    """A case or store this runner does not read; the message says why."""
 
 
 class BlockLoader:
@@ -108,13 +104,7 @@ def main() -> None:
     spec = Spec.load(sys.argv[1])
     case = spec.case
     try:
-        if spec.store.kind != "local" or spec.store.latency_ms > 0:
-            raise Unsupported(f"reads local files only, not a {spec.store.kind} store")
-        if case.window:
-            raise Unsupported("windowed samples span blocks; this runner reads whole blocks only")
-        unknown = set(spec.tuning) - {"threads", "block_chunks"}
-        if unknown:
-            raise ValueError(f"unknown tensorstore tuning keys {sorted(unknown)}")
+        check_local_whole_blocks(spec, "tensorstore")
         threads = int(spec.tuning.get("threads", os.cpu_count() or 1))
         floor, clock = begin()
         arrays = open_arrays(case.root, list(case.variables), threads)
