@@ -62,13 +62,14 @@ ENGINES = [
     "tensorstore",
     "ceiling_decode",
     "ceiling_decode_out",
+    "ceiling_decode_keep",
     "ceiling_gather",
     "ceiling_rawget",
 ]
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
-CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather", "ceiling_rawget")
+CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather", "ceiling_rawget")
 # No store IO: measured once per case on its local copy (under "local", whatever the conditions).
-STORE_FREE = ("ceiling_decode", "ceiling_decode_out", "ceiling_gather")
+STORE_FREE = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather")
 # A warm epoch is timed too: engines with a cache, and insitu without one (it reads again).
 WARM_ENGINES = ("insitu", "insitu_stream", "insitubatch")
 INSITU_ENGINES = ("insitu", "insitu_stream")  # same interpreter, same tuning sweep
@@ -135,6 +136,7 @@ _CASE_SET = (
     BEST_WORKER,
     "ceiling_decode",
     "ceiling_decode_out",
+    "ceiling_decode_keep",
 )
 MODES = {
     "quick": Mode(
@@ -208,7 +210,7 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
         return [{"threads": os.cpu_count() or 1, "block_chunks": max(1, 256 // spc)}]
     if engine == "ceiling_rawget":
         return [{"concurrency": max(mode.inflight)}]  # a ceiling: the highest concurrency swept
-    if engine in ("ceiling_decode", "ceiling_decode_out"):
+    if engine in ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep"):
         return [{"threads": os.cpu_count() or 1}]
     return [{}]  # naive, ceiling_gather: nothing to tune
 

@@ -19,7 +19,11 @@ Tuning: ``threads`` (default: ``os.cpu_count()``), ``ring_mb`` (default 0: one r
 buffer per thread, which stays in CPU cache). With ``ring_mb`` each thread decodes into
 successive places of a ring that large, faulted in beforehand: the decoded bytes go to
 memory once, as any loader's output must (the ``ceiling_decode_out`` engine runs this
-with a ring of 64 MiB, more than the caches hold).
+with a ring of 64 MiB, more than the caches hold). With ``keep`` (the
+``ceiling_decode_keep`` engine) every pass decodes the whole epoch into a fresh private
+anonymous mapping, never touched before, one place per chunk: what a cold pass that
+keeps every decoded byte for the next epoch must pay at least, the kernel committing
+(zeroing and mapping) each page of it as it is first written.
 """
 
 from __future__ import annotations
@@ -94,14 +98,31 @@ def chunk_frames(root: str, var: str) -> tuple[list[Any], int]:
 
 
 def decode_pass(
-    pool: ThreadPoolExecutor, parts: list[list[Any]], frame_nbytes: list[int], ring_bytes: int = 0
+    pool: ThreadPoolExecutor,
+    parts: list[list[Any]],
+    frame_nbytes: list[int],
+    ring_bytes: int = 0,
+    keep: bool = False,
 ) -> float:
     """Wall time to decode every frame once, each thread into its own reused buffer; with
-    ``ring_bytes``, into successive places of a ring that large (faulted in beforehand)."""
+    ``ring_bytes``, into successive places of a ring that large (faulted in beforehand); with
+    ``keep``, each frame into its own place of a fresh mapping (committed as it is written)."""
     import numcodecs
 
     codec = numcodecs.Zstd()
     local = threading.local()
+    # One fresh mapping per variable, a place per frame; made untouched, before the clock.
+    arenas = (
+        [_fresh_arena(sum(len(p) for p in group) * n) for group, n in zip(parts, frame_nbytes, strict=True)]
+        if keep
+        else []
+    )
+
+    def work_keep(part: list[Any], nbytes: int, arena: np.ndarray, first: int, step: int) -> None:
+        # Thread i of the round-robin deal decodes frames i, i + step, ...: their own places.
+        for k, frame in enumerate(part):
+            start = (first + k * step) * nbytes
+            codec.decode(frame, out=arena[start : start + nbytes])
 
     def work(part: list[Any], nbytes: int) -> None:
         size = max(ring_bytes, nbytes)
@@ -117,16 +138,34 @@ def decode_pass(
         local.at = at
 
     t0 = time.perf_counter()
-    jobs = [
-        pool.submit(work, part, n) for group, n in zip(parts, frame_nbytes, strict=True) for part in group
-    ]
+    if keep:
+        jobs = [
+            pool.submit(work_keep, part, n, arena, i, len(group))
+            for group, n, arena in zip(parts, frame_nbytes, arenas, strict=True)
+            for i, part in enumerate(group)
+        ]
+    else:
+        jobs = [
+            pool.submit(work, part, n) for group, n in zip(parts, frame_nbytes, strict=True) for part in group
+        ]
     for job in jobs:
         job.result()
     return time.perf_counter() - t0
 
 
-def main(ring_mb: int | None = None) -> None:
-    """One run; ``ring_mb`` forces the output ring (``run_ceiling_decode_out.py`` passes 64)."""
+def _fresh_arena(nbytes: int) -> np.ndarray:
+    """A private anonymous mapping never touched: its pages are committed where first written
+    (insitu's pool arenas are made the same way)."""
+    import mmap
+
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS if hasattr(mmap, "MAP_PRIVATE") else 0
+    buf = mmap.mmap(-1, max(1, nbytes), flags=flags) if flags else mmap.mmap(-1, max(1, nbytes))
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def main(ring_mb: int | None = None, keep: bool = False) -> None:
+    """One run; ``ring_mb`` forces the output ring (``run_ceiling_decode_out.py`` passes 64),
+    ``keep`` decodes each pass into fresh memory (``run_ceiling_decode_keep.py``)."""
     spec = Spec.load(sys.argv[1])
     case = spec.case
     floor = rss_now()
@@ -145,7 +184,7 @@ def main(ring_mb: int | None = None) -> None:
     with ThreadPoolExecutor(threads) as pool:
         # Start the threads and fault their buffers in: one frame per thread and variable.
         decode_pass(pool, [[f[:1]] * threads for f, _ in per_var], sizes, ring)
-        passes = [decode_pass(pool, parts, sizes, ring) for _ in range(PASSES)]
+        passes = [decode_pass(pool, parts, sizes, ring, keep) for _ in range(PASSES)]
     decoded = sum(len(frames) * n for frames, n in per_var)
     stored = sum(len(f) for frames, _ in per_var for f in frames)
     result = Result(case.samples_per_epoch, decoded, min(passes), 0.0, floor)
@@ -156,7 +195,8 @@ def main(ring_mb: int | None = None) -> None:
         "passes_s": passes,
         "ring_bytes": ring,
         "note": f"best of {PASSES} passes; compressed bytes in memory before timing, no IO/gather/shuffle"
-        + (f"; output to successive places of a {ring >> 20} MiB ring per thread" if ring else ""),
+        + (f"; output to successive places of a {ring >> 20} MiB ring per thread" if ring else "")
+        + ("; every pass into a fresh mapping holding the epoch" if keep else ""),
     }
     emit(result)
 
