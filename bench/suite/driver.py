@@ -184,6 +184,8 @@ MODES = {
 def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[str, Any]]:
     """The tuning sweep of ``engine`` for one case and condition."""
     spc = case.samples_per_chunk
+    if engine in INSITU_ENGINES and mode.extra.get("insitu_defaults"):
+        return [{}]  # the library's own defaults, nothing tuned (insitu_stream: cache off only)
     if engine in ("insitu", "insitu_stream", "insitubatch"):
         remote = condition != "local"
         out = []
@@ -237,7 +239,7 @@ def tuning_label(tuning: dict[str, Any]) -> str:
         if k == "cache_budget_bytes":
             v = f"{v / 2**20:.0f}MiB"
         parts.append(f"{short.get(k, k)}={v}")
-    return " ".join(parts) or "-"
+    return " ".join(parts) or "defaults"
 
 
 # --- interpreters ---------------------------------------------------------------------------------
@@ -521,6 +523,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--docs", action="store_true", help="plots into docs/img/bench, rewrite docs/benchmarks.md"
     )
+    ap.add_argument(
+        "--defaults",
+        action="store_true",
+        help="insitu and insitu_stream at the library's defaults only (no block, in-flight or budget "
+        "sweep): what a user gets without tuning; the other engines keep their sweeps",
+    )
     args = ap.parse_args(argv)
     if args.samples is not None and args.samples % args.batch_size:
         ap.error(f"--samples must be a multiple of --batch-size ({args.batch_size})")
@@ -592,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         mode = replace(mode, max_seconds=args.max_seconds, engine_max_seconds={})
     if args.budget_mb:
         mode = replace(mode, budgets=tuple(mb * 10**6 if mb else None for mb in args.budget_mb))
+    if args.defaults:
+        mode = replace(mode, extra={**mode.extra, "insitu_defaults": True})
     n_samples = args.samples or mode.samples
     repeats = args.repeats or mode.repeats
     out: Path = args.out
