@@ -68,7 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--block-samples", type=int, default=256, help="samples per shuffle block")
+    ap.add_argument(
+        "--block-samples", type=int, default=256, help="samples per shuffle block (0: the library's default)"
+    )
+    ap.add_argument(
+        "--max-inflight",
+        type=int,
+        default=64,
+        help="max_inflight on remote conditions (0: the library's default, the adaptive limit's own cap)",
+    )
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument(
         "--budget-mb",
@@ -93,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.cases:
                 case = cases[name]
                 tuning = tunings("insitu", case, cond, mode)[0]
-                tuning["block_chunks"] = max(1, args.block_samples // case.samples_per_chunk)
+                tuning.pop("max_inflight", None)
+                if cond != "local" and args.max_inflight:
+                    tuning["max_inflight"] = args.max_inflight
+                tuning.pop("block_chunks", None)
+                if args.block_samples:
+                    tuning["block_chunks"] = max(1, args.block_samples // case.samples_per_chunk)
                 for i, (label, path) in enumerate(revisions.items()):
                     own = dict(tuning)
                     if args.budget_mb is not None and args.budget_mb[i] >= 0:
