@@ -39,7 +39,7 @@ import json, os, sys, time
 sys.path.insert(0, {suite!r})
 import insitu
 from common import latency_store
-root, kind, ms, epochs = {root!r}, {kind!r}, {ms!r}, {epochs!r}
+root, kind, ms, epochs, cap = {root!r}, {kind!r}, {ms!r}, {epochs!r}, {cap!r}
 if kind == "memory":
     from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
@@ -60,7 +60,8 @@ if ms:
     store = latency_store(store, ms / 1e3)
 geom = insitu.open_geometries(store, ["t2m"])["t2m"]
 manifest = insitu.split_by_chunk(geom, (1.0,), names=("train",))
-ds = insitu.InSituDataset(store, manifest, [geom], batch_size=32, seed=0, cache_budget_bytes=0)
+tuning = {{"max_inflight": cap}} if cap else {{}}
+ds = insitu.InSituDataset(store, manifest, [geom], batch_size=32, seed=0, cache_budget_bytes=0, **tuning)
 t0, n = time.perf_counter(), 0
 for epoch in range(epochs):
     ds.set_epoch(epoch)
@@ -70,9 +71,10 @@ print(json.dumps({{"samples_per_s": n / (time.perf_counter() - t0), "samples": n
 """
 
 
-def run(root: Path, kind: str, ms: float, epochs: int) -> float:
-    """samples/s of one fresh process reading ``root`` through the store ``kind`` (+ ``ms``)."""
-    code = CHILD.format(suite=str(HERE / "suite"), root=str(root), kind=kind, ms=ms, epochs=epochs)
+def run(root: Path, kind: str, ms: float, epochs: int, cap: int = 0) -> float:
+    """samples/s of one fresh process reading ``root`` through the store ``kind`` (+ ``ms``);
+    ``cap``: ``max_inflight`` (0: the library's default)."""
+    code = CHILD.format(suite=str(HERE / "suite"), root=str(root), kind=kind, ms=ms, epochs=epochs, cap=cap)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
 
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-ms", type=float, nargs="+", default=[20.0, 100.0])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-inflight", type=int, default=0, help="the engine's cap (0: its default)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench")
     args = ap.parse_args(argv)
     root = args.work / f"n{args.samples}" / f"{args.case}.zarr"
@@ -96,9 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[tuple[str, float], list[float]] = {s: [] for s in stores}
     for _ in range(args.repeats):  # repeats outermost: drift of a shared machine hits every store alike
         for kind, ms in stores:
-            runs[(kind, ms)].append(run(root, kind, ms, args.epochs))
+            runs[(kind, ms)].append(run(root, kind, ms, args.epochs, args.max_inflight))
     local = statistics.median(runs[("file", 0.0)])
-    print(f"{args.case}, {args.samples} samples, {args.epochs} streaming epochs, medians of {args.repeats}")
+    cap = f"max_inflight={args.max_inflight}" if args.max_inflight else "default max_inflight"
+    print(
+        f"{args.case}, {args.samples} samples, {args.epochs} streaming epochs, {cap}, medians of {args.repeats}"
+    )
     print(f"{'store':<16}{'samples/s':>12}{'vs file':>10}")
     for kind, ms in stores:
         rate = statistics.median(runs[(kind, ms)])
