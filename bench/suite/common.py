@@ -275,6 +275,38 @@ def begin() -> tuple[int, Clock]:
     return floor, clock
 
 
+class BatchDealer:
+    """Deals shuffled rows of decoded blocks into fixed-size batches, a batch that one block does
+    not fill completed from the next (the whole-block runners: simple, tensorstore).
+
+    ``batches`` are the reused output arrays, one per variable, each ``batch_size`` rows long.
+    """
+
+    def __init__(self, batches: list[Any]) -> None:
+        self.batches = batches
+        self.size = len(batches[0])
+        self.fill = 0
+
+    def deal(self, sources: Iterable[Any], rows: Any) -> Iterable[list[Any]]:
+        """Copy ``rows`` of each source (one per variable) into the batches; yield each full batch."""
+        import numpy as np
+
+        sources = list(sources)
+        while len(rows):
+            take, rows = rows[: self.size - self.fill], rows[self.size - self.fill :]
+            for src, batch in zip(sources, self.batches, strict=True):
+                np.take(src, take, axis=0, out=batch[self.fill : self.fill + len(take)])
+            self.fill += len(take)
+            if self.fill == self.size:
+                yield self.batches
+                self.fill = 0
+
+    def rest(self) -> Iterable[list[Any]]:
+        """The last, short batch (nothing when the epoch filled its batches exactly)."""
+        if self.fill:
+            yield [batch[: self.fill] for batch in self.batches]
+
+
 def cold_epoch(
     spec: Spec,
     clock: Clock,

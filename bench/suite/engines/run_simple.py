@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numcodecs
 import numpy as np
-from common import Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
+from common import BatchDealer, Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
 
 DEFAULT_THREADS = 2
 DEFAULT_BLOCK_SAMPLES = 256
@@ -172,7 +172,7 @@ class SimpleLoader:
         rng = np.random.default_rng(seed)
         n = self.layouts[0].n_samples
         order = rng.permutation(self.layouts[0].n_chunks)
-        bs, fill = self.batch_size, 0
+        dealer = BatchDealer(self.batches)
         for b0 in range(0, len(order), self.block_chunks):
             chunks = order[b0 : b0 + self.block_chunks]
             jobs = [
@@ -189,17 +189,8 @@ class SimpleLoader:
                     for slot, c in enumerate(chunks)
                 ]
             )
-            rows = rng.permutation(rows)
-            while len(rows):
-                take, rows = rows[: bs - fill], rows[bs - fill :]
-                for block, batch in zip(self.blocks, self.batches, strict=True):
-                    np.take(block, take, axis=0, out=batch[fill : fill + len(take)])
-                fill += len(take)
-                if fill == bs:
-                    yield self.batches
-                    fill = 0
-        if fill:
-            yield [batch[:fill] for batch in self.batches]
+            yield from dealer.deal(self.blocks, rng.permutation(rows))
+        yield from dealer.rest()
 
     def close(self) -> None:
         self.pool.shutdown()

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-from common import Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
+from common import BatchDealer, Spec, Unsupported, begin, check_local_whole_blocks, cold_epoch, emit
 
 DEFAULT_BLOCK_SAMPLES = 256
 
@@ -63,24 +63,15 @@ class BlockLoader:
         rng = np.random.default_rng(seed)
         order = rng.permutation(self.n_chunks)
         blocks = [order[i : i + self.block_chunks] for i in range(0, len(order), self.block_chunks)]
-        bs, fill = self.batch_size, 0
+        dealer = BatchDealer(self.batches)
         pending = self._issue(blocks[0]) if blocks else []
         for b in range(len(blocks)):
             current = pending
             if b + 1 < len(blocks):
                 pending = self._issue(blocks[b + 1])  # the next block's reads go out first
             block = [np.concatenate([f.result() for f in futures]) for futures in current]
-            rows = rng.permutation(len(block[0]))
-            while len(rows):
-                take, rows = rows[: bs - fill], rows[bs - fill :]
-                for src, batch in zip(block, self.batches, strict=True):
-                    np.take(src, take, axis=0, out=batch[fill : fill + len(take)])
-                fill += len(take)
-                if fill == bs:
-                    yield self.batches
-                    fill = 0
-        if fill:
-            yield [batch[:fill] for batch in self.batches]
+            yield from dealer.deal(block, rng.permutation(len(block[0])))
+        yield from dealer.rest()
 
 
 def open_arrays(root: str, variables: list[str], threads: int) -> list[Any]:
