@@ -36,7 +36,7 @@ logger = logging.getLogger("insitu")
 READAHEAD_CAP_BYTES = 256 << 20
 
 
-# -- one sample, one slot ----------------------------------------------------------------------------
+# -- one sample, one slot --------------------------------------------------------------------------
 def sample_bytes(specs: Iterable[SlabSpec]) -> int:
     """Bytes of one sample over the labels of ``specs``: what one row of a batch holds."""
     return sum(spec.sample_nbytes for spec in specs)
@@ -47,7 +47,7 @@ def arena_bytes(spec: SlabSpec, n_slots: int) -> int:
     return n_slots * spec.nbytes
 
 
-# -- what a budget admits ------------------------------------------------------------------------------
+# -- what a budget admits --------------------------------------------------------------------------
 def dataset_bytes(
     arrays: Mapping[str, ArrayGeometry],
     specs: Mapping[str, SlabSpec],
@@ -98,11 +98,11 @@ def slots_per_array(
     return slots
 
 
-# -- what a pass holds besides the pool --------------------------------------------------------------
+# -- what a pass holds besides the pool ------------------------------------------------------------
 def readahead_rows(plan: EpochPlan, *, readahead_blocks: int, prefetch: int) -> int:
-    """Batch rows a pass over ``plan`` holds at most besides the pool: the widest run of blocks one
-    batch and the read-ahead span (``readahead_blocks`` beyond the batch's), whose rows streamed
-    slabs are decoded into, plus ``prefetch`` batches waiting in the queue."""
+    """Batch rows a pass over ``plan`` holds at most besides the pool: the most rows of any run of
+    consecutive blocks as long as the blocks one batch draws from plus ``readahead_blocks`` (the
+    rows streamed slabs are decoded into), and ``prefetch`` batches waiting in the queue."""
     starts = plan.order.block_starts
     n = plan.order.n_blocks
     if n == 0:
