@@ -9,7 +9,7 @@ Two coroutines on the engine loop cooperate:
   remote store it goes further while the reads queued and in flight are fewer
   than twice the concurrency controller's limit (the controller only raises
   the limit while reads wait for slots, so demand must exceed it), up to
-  :data:`READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
+  :data:`~insitu.plan.memory_model.READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
   sample per chunk and 100 ms per GET, two blocks of 16 chunks would leave
   a limit of 256 with nothing to send;
 * the *emitter* waits until the blocks a batch touches are ready, has the
@@ -44,14 +44,10 @@ from insitu.engine.gather import BatchRows, Gatherer
 from insitu.engine.loader import Engine
 from insitu.engine.pool import FAILED, READY, BlockWaiter, Slab
 from insitu.engine.scatter import Destinations
+from insitu.plan.memory_model import exceeds_readahead_cap, sample_bytes
 from insitu.plan.reads import EpochPlan
 
 END = object()
-
-#: The most bytes of batch rows a remote pass reads ahead of the batch being delivered when the
-#: concurrency controller wants more reads than ``readahead_blocks`` supply (the memory bound
-#: of the read-ahead beyond ``readahead_blocks``; local files never read further).
-READAHEAD_CAP_BYTES = 256 << 20
 logger = logging.getLogger("insitu.epoch")
 
 
@@ -108,9 +104,7 @@ class EpochRun:
         self._produced = self._first_block
         self._advanced: asyncio.Future[None] | None = None
         # Bytes of one sample over every label: what a block of read-ahead holds in batch rows.
-        self._sample_bytes = sum(
-            int(np.prod(spec.sample_shape)) * spec.dtype.itemsize for spec in gatherer.specs.values()
-        )
+        self._sample_bytes = sample_bytes(gatherer.specs.values())
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
@@ -197,8 +191,7 @@ class EpochRun:
         if not engine.adapts_inflight:
             return False
         starts = self.plan.order.block_starts
-        ahead = int(starts[b + 1] - starts[self._emitting]) * self._sample_bytes
-        if ahead > READAHEAD_CAP_BYTES:
+        if exceeds_readahead_cap(int(starts[b + 1] - starts[self._emitting]), self._sample_bytes):
             return False
         return engine.fetches.outstanding < 2 * engine.concurrency.controller.limit
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
-from insitu.plan.memory import without_hugepage_hint
 from insitu.plan.order import order_with_runs
 from insitu.plan.reads import EpochPlan, plan_epoch
 from insitu.plan.splits import SplitManifest
+from insitu.plan.temporaries import without_hugepage_hint
 
 
 class EpochPlans:
