@@ -1,0 +1,108 @@
+"""What a patch order reads: the chunks each block needs, and how often a chunk is decoded.
+
+Each block of a :class:`~insitu.plan.patches_order.PatchOrder` needs the
+chunks its patches touch (its own regions' and, for patches straddling the
+block's border, some of the neighbours'), per array chunking
+(:func:`block_chunk_needs`): the same ragged layout as the slab needs of
+:mod:`insitu.plan.reads`, one flat array of chunk ids block after block.
+
+A chunk two blocks need is decoded once when the pool can keep it from the
+first block to the second; otherwise twice. :func:`read_amplification` models
+the pool (:mod:`insitu.engine.pool`) at a budget in chunks: a block's chunks are
+held together while it is served, and between blocks the pool keeps the chunks
+needed soonest again (Belady's rule, which the pool follows for chunks a running
+epoch needs again). The result, chunk decodes over distinct chunks, is 1.0 when
+the budget holds every chunk until its last use: what ``stats`` will report as
+the read amplification, and a lower bound on what a pass measures (read-ahead
+pins more blocks at once, leaving less room to keep chunks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitu.options import positive_int
+from insitu.plan.order import Ragged
+from insitu.plan.patches_order import PatchOrder
+
+
+def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int = 0) -> Ragged:
+    """The chunk ids (flat, C order over the chunk grid of ``chunk_shape``; sorted and distinct
+    per block) every block entry of ``order`` reads, for an array of the reference's shape
+    chunked ``chunk_shape``; ``offset`` moves the patches along the sample axis (a window).
+
+    A whole block's chunks come from its boxes (per-axis arithmetic); a block cut short to the
+    rank's count, from its patches."""
+    patches = order.patches
+    found: dict[int, np.ndarray] = {}  # padding repeats blocks
+    parts = []
+    for i in range(order.n_blocks):
+        whole = order.is_whole(i)
+        g = int(order.blocks[i])
+        ids = found.get(g) if whole else None
+        if ids is None:
+            if whole:
+                ids = found[g] = patches.chunk_ids(order.block_boxes(i), chunk_shape, offset)
+            else:
+                ids = patches.patch_chunk_ids(order.block_positions(i), chunk_shape, offset)
+        parts.append(ids)
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return Ragged(values, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
+
+
+@dataclass(frozen=True)
+class ReadAmplification:
+    """Chunk decodes of one epoch order at a pool budget, against the distinct chunks it reads."""
+
+    decodes: int
+    distinct: int
+    budget_chunks: int
+    largest_block: int  # most chunks one block holds at once: a budget below it streams some
+
+    @property
+    def ratio(self) -> float:
+        """Decodes per distinct chunk (1.0: every chunk decoded once; 0 reads: 1.0)."""
+        return self.decodes / self.distinct if self.distinct else 1.0
+
+
+def read_amplification(needs: Ragged, budget_chunks: int) -> ReadAmplification:
+    """Decodes per distinct chunk when blocks read ``needs`` in order through a pool of
+    ``budget_chunks`` chunks (see the module docstring for the model).
+
+    Whole-array numpy per block: a few sorts of the resident set and the block's chunks, so an
+    epoch of thousands of blocks models in well under a second.
+    """
+    budget = positive_int("budget_chunks", budget_chunks)
+    values, starts = needs.values, needs.starts
+    n_blocks = len(needs)
+    if n_blocks == 0 or len(values) == 0:
+        return ReadAmplification(0, 0, budget, 0)
+    never = np.iinfo(np.int64).max
+    blocks = np.repeat(np.arange(n_blocks, dtype=np.int64), np.diff(starts))
+    by_chunk = np.lexsort((blocks, values))
+    same = values[by_chunk][1:] == values[by_chunk][:-1]
+    next_use = np.full(len(values), never, dtype=np.int64)
+    next_use[by_chunk[:-1]] = np.where(same, blocks[by_chunk][1:], never)
+    resident = np.zeros(0, dtype=np.int64)  # sorted chunk ids kept between blocks
+    resident_next = np.zeros(0, dtype=np.int64)
+    decodes = 0
+    for b in range(n_blocks):
+        lo, hi = int(starts[b]), int(starts[b + 1])
+        ids, nxt = values[lo:hi], next_use[lo:hi]
+        kept_old = ~np.isin(resident, ids, assume_unique=True)
+        decodes += len(ids) - (len(resident) - int(kept_old.sum()))
+        cand = np.concatenate([resident[kept_old], ids])
+        cand_next = np.concatenate([resident_next[kept_old], nxt])
+        live = cand_next != never
+        cand, cand_next = cand[live], cand_next[live]
+        if len(cand) > budget:  # keep those needed soonest
+            keep = np.argpartition(cand_next, budget - 1)[:budget]
+            cand, cand_next = cand[keep], cand_next[keep]
+        order = np.argsort(cand)
+        resident, resident_next = cand[order], cand_next[order]
+    distinct = len(np.unique(values))
+    return ReadAmplification(decodes, distinct, budget, int(np.diff(starts).max()))
