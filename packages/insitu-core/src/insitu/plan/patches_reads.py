@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitu.options import positive_int
-from insitu.plan.order import Ragged
+from insitu.plan.order import Ragged, sorted_unique
 from insitu.plan.patches_order import PatchOrder
+from insitu.plan.splits import concat_runs
 
 
 def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int = 0) -> Ragged:
@@ -34,21 +35,28 @@ def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int
     per block) every block entry of ``order`` reads, for an array of the reference's shape
     chunked ``chunk_shape``; ``offset`` moves the patches along the sample axis (a window).
 
-    A whole block's chunks come from its boxes (per-axis arithmetic); a block cut short to the
-    rank's count, from its patches."""
+    A whole block's chunks come from its boxes (per-axis arithmetic, all blocks in one pass); a
+    block cut short to the rank's count, from its patches."""
     patches = order.patches
-    found: dict[int, np.ndarray] = {}  # padding repeats blocks
+    whole = np.array([order.is_whole(i) for i in range(order.n_blocks)], dtype=bool)
+    # Whole blocks, each once (padding repeats blocks): their boxes, tagged with the block's rank
+    # among them, in one pass.
+    blocks = sorted_unique(order.blocks[whole]) if whole.any() else np.zeros(0, dtype=np.int64)
+    lo, hi = order.block_regions_starts[blocks], order.block_regions_starts[blocks + 1]
+    regions = order.block_regions_values[concat_runs(lo, hi - lo)]
+    region_owner = np.repeat(np.arange(len(blocks), dtype=np.int64), hi - lo)
+    box_starts = patches.region_box_starts
+    per_region = box_starts[regions + 1] - box_starts[regions]
+    boxes = concat_runs(box_starts[regions], per_region)
+    owners, ids = patches.chunk_ids_by_owner(boxes, np.repeat(region_owner, per_region), chunk_shape, offset)
+    bounds = np.searchsorted(owners, np.arange(len(blocks) + 1, dtype=np.int64))
     parts = []
     for i in range(order.n_blocks):
-        whole = order.is_whole(i)
-        g = int(order.blocks[i])
-        ids = found.get(g) if whole else None
-        if ids is None:
-            if whole:
-                ids = found[g] = patches.chunk_ids(order.block_boxes(i), chunk_shape, offset)
-            else:
-                ids = patches.patch_chunk_ids(order.block_positions(i), chunk_shape, offset)
-        parts.append(ids)
+        if whole[i]:
+            k = int(np.searchsorted(blocks, order.blocks[i]))
+            parts.append(ids[bounds[k] : bounds[k + 1]])
+        else:  # cut short to the rank's count: from its patches
+            parts.append(patches.patch_chunk_ids(order.block_positions(i), chunk_shape, offset))
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return Ragged(values, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))

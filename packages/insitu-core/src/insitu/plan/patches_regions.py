@@ -237,17 +237,49 @@ class PatchSet:
     ) -> np.ndarray:
         """Flat chunk ids (C order over the chunk grid of ``chunk_shape``), sorted and distinct,
         that the patches of ``boxes`` read together."""
+        boxes = np.asarray(boxes, dtype=np.int64)
+        return self.chunk_ids_by_owner(boxes, np.zeros(len(boxes), dtype=np.int64), chunk_shape, offset)[1]
+
+    def chunk_ids_by_owner(
+        self, boxes: np.ndarray, owners: np.ndarray, chunk_shape: Sequence[int], offset: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct ``(owner, chunk id)`` pairs that boxes read, sorted by owner then chunk,
+        for boxes tagged with owners (the block each belongs to): every block's chunks in one
+        pass over the boxes, rather than a loop over them."""
         chunks = self._check_chunks(chunk_shape)
+        table = self._chunk_table(chunks, int(offset))
         grid = tuple(-(-a.length // c) for a, c in zip(self.grid.axes, chunks, strict=True))
-        parts = []
-        for b in boxes:
-            ids = np.zeros(1, dtype=np.int64)
-            for d, sel in enumerate(self.chunks_per_axis(int(b), chunks, offset)):
-                ids = (ids[:, None] * grid[d] + sel[None, :]).ravel()
-            parts.append(ids)
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return sorted_unique(np.concatenate(parts))
+        boxes = np.asarray(boxes, dtype=np.int64)
+        owners = np.asarray(owners, dtype=np.int64)
+        if all(_no_gaps(t[0], t[1]) for t in table):
+            # Every box reads a run of chunks per axis: from its first position's first chunk to
+            # its last position's last (both increase with the position).
+            ids = np.zeros(len(boxes), dtype=np.int64)
+            which = np.arange(len(boxes), dtype=np.int64)
+            for d in range(self.grid.ndim):
+                lo, hi = self.lo[boxes[which], d], self.hi[boxes[which], d] - 1
+                first = table[d][0, lo]
+                n = table[d][0, hi] + table[d][1, hi] - first
+                ids = np.repeat(ids * grid[d], n) + concat_runs(first, n)
+                which = np.repeat(which, n)
+            tags = owners[which]
+        else:  # a stride past the size skips chunks: per box, per axis, the chunks it reads
+            parts, tag_parts = [], []
+            for b, owner in zip(boxes.tolist(), owners.tolist(), strict=True):
+                one = np.zeros(1, dtype=np.int64)
+                for d, sel in enumerate(self.chunks_per_axis(b, chunks, offset)):
+                    one = (one[:, None] * grid[d] + sel[None, :]).ravel()
+                parts.append(one)
+                tag_parts.append(np.full(len(one), owner, dtype=np.int64))
+            empty = np.zeros(0, dtype=np.int64)
+            ids = np.concatenate(parts) if parts else empty
+            tags = np.concatenate(tag_parts) if tag_parts else empty
+        order = np.lexsort((ids, tags))
+        ids, tags = ids[order], tags[order]
+        if len(ids) > 1:
+            new = np.concatenate(([True], (ids[1:] != ids[:-1]) | (tags[1:] != tags[:-1])))
+            ids, tags = ids[new], tags[new]
+        return tags, ids
 
     def patch_chunk_ids(
         self, positions: np.ndarray, chunk_shape: Sequence[int], offset: int = 0
