@@ -20,6 +20,7 @@ from insitu.plan.patches import (
     block_chunk_needs,
     epoch_patches,
     order_patches,
+    patch_array_needs,
     plan_patches,
     read_amplification,
 )
@@ -473,3 +474,25 @@ def test_read_amplification_at_a_tenth_of_the_array_stays_low_for_patches_under_
     model = read_amplification(block_chunk_needs(order, (512, 512)), 256 // 10)
     assert model.distinct == 256
     assert model.ratio <= 1.5, model
+
+
+def test_array_needs_union_the_offsets_and_give_each_chunks_next_and_previous_block():
+    g = geom((24, 32, 32), (4, 16, 16), dims=("time", "y", "x"))
+    spec = PatchSpec({"y": 12, "x": 12}, stride={"y": 10, "x": 10})  # straddles y and x chunks
+    ps = plan_patches(g, spec, sample_span=(0, 18))  # a +6 target leaves anchors 0..17
+    order = epoch_patches(ps, spec, epoch=2, seed=1, block_chunks=4)
+    needs = patch_array_needs(order, (2, 16, 16), offsets=(0, 6, 0))
+    per_block = [
+        set(block_chunk_needs(order, (2, 16, 16))[b]) | set(block_chunk_needs(order, (2, 16, 16), 6)[b])
+        for b in range(order.n_blocks)
+    ]
+    assert needs.next_use is not None
+    assert needs.prev_use is not None
+    for b, want in enumerate(per_block):
+        got = needs.block(b).slabs.tolist()
+        assert len(got) == len(set(got))
+        assert set(got) == want
+        for chunk, nxt in zip(got, needs.block(b).next_use.tolist(), strict=True):
+            later = [j for j in range(b + 1, order.n_blocks) if chunk in per_block[j]]
+            assert nxt == (later[0] if later else -1)
+    assert read_amplification(needs, 10_000).ratio == 1.0

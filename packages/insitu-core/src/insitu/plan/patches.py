@@ -56,10 +56,10 @@ patch, where planning in chunk space decodes each chunk once for all the
 patches that touch it.
 
 How the engine consumes a plan (next step, not wired yet): per block entry
-``i`` of a :class:`PatchOrder`, pin ``block_chunk_needs(order, array's chunks)``
-of every array (the next use of a chunk by a later block, as
-:class:`~insitu.plan.reads.ArrayNeeds` carries for slabs, is what keeps halo
-chunks cached), then gather each patch from the pinned chunks: the origins are
+``i`` of a :class:`PatchOrder`, pin the chunks :func:`patch_array_needs` lists
+for every array (an :class:`~insitu.plan.reads.ArrayNeeds` of chunk ids whose
+next uses keep halo chunks cached for the neighbouring blocks), then gather
+each patch from the pinned chunks: the origins are
 :meth:`PatchOrder.origins_between`, the mask of a padded patch is
 :meth:`PatchGrid.valid_extent`.
 """
@@ -71,7 +71,12 @@ from collections.abc import Sequence
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.plan.patches_order import PATCH_ORDER_VERSION, PatchOrder, block_tile, order_patches
-from insitu.plan.patches_reads import ReadAmplification, block_chunk_needs, read_amplification
+from insitu.plan.patches_reads import (
+    ReadAmplification,
+    block_chunk_needs,
+    patch_array_needs,
+    read_amplification,
+)
 from insitu.plan.patches_regions import PatchSet, RegionLayout
 from insitu.plan.patches_spec import AxisPositions, PatchGrid, PatchSpec
 from insitu.plan.patches_split import SpatialSplit, split_by_region
@@ -90,6 +95,7 @@ __all__ = [
     "block_tile",
     "epoch_patches",
     "order_patches",
+    "patch_array_needs",
     "plan_patches",
     "read_amplification",
     "split_by_region",

@@ -4,7 +4,10 @@ Each block of a :class:`~insitu.plan.patches_order.PatchOrder` needs the
 chunks its patches touch (its own regions' and, for patches straddling the
 block's border, some of the neighbours'), per array chunking
 (:func:`block_chunk_needs`): the same ragged layout as the slab needs of
-:mod:`insitu.plan.reads`, one flat array of chunk ids block after block.
+:mod:`insitu.plan.reads`, one flat array of chunk ids block after block, and
+with the next and previous use of each chunk, over every offset reading the
+array, the engine's own :class:`~insitu.plan.reads.ArrayNeeds`
+(:func:`patch_array_needs`).
 
 A chunk two blocks need is decoded once when the pool can keep it from the
 first block to the second; otherwise twice. :func:`read_amplification` models
@@ -27,6 +30,7 @@ import numpy as np
 from insitu.options import positive_int
 from insitu.plan.order import Ragged, sorted_unique
 from insitu.plan.patches_order import PatchOrder
+from insitu.plan.reads import ArrayNeeds
 from insitu.plan.splits import concat_runs
 
 
@@ -62,6 +66,37 @@ def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int
     return Ragged(values, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
 
 
+def patch_array_needs(
+    order: PatchOrder, chunk_shape: Sequence[int], offsets: Sequence[int] = (0,)
+) -> ArrayNeeds:
+    """Every block's chunks of one array, read by labels at ``offsets`` along the sample axis
+    (``t2m`` and ``t2m+24`` share the array's chunks), as the engine's per-array needs: block
+    ``b`` needs ``slabs[starts[b]:starts[b + 1]]``, here flat chunk ids, each once, with the next
+    and previous block needing each (``None`` when no chunk is needed by two blocks). What
+    :class:`~insitu.engine.epoch.EpochRun` pins, loads and releases today for slabs."""
+    per_offset = [block_chunk_needs(order, chunk_shape, off) for off in sorted(set(offsets))]
+    values, starts = per_offset[0].values, per_offset[0].starts
+    n_blocks = len(starts) - 1
+    blocks = np.repeat(np.arange(n_blocks, dtype=np.int64), np.diff(starts))
+    if len(per_offset) > 1:  # the union per block
+        values = np.concatenate([n.values for n in per_offset])
+        blocks = np.concatenate([np.repeat(np.arange(n_blocks), np.diff(n.starts)) for n in per_offset])
+        by_block = np.lexsort((values, blocks))
+        values, blocks = values[by_block], blocks[by_block]
+        new = np.concatenate(([True], (values[1:] != values[:-1]) | (blocks[1:] != blocks[:-1])))
+        values, blocks = values[new], blocks[new]
+        starts = np.searchsorted(blocks, np.arange(n_blocks + 1, dtype=np.int64)).astype(np.int64)
+    by_chunk = np.lexsort((blocks, values))
+    same = values[by_chunk][1:] == values[by_chunk][:-1]
+    if not same.any():
+        return ArrayNeeds(values, starts, None, None)
+    next_use = np.full(len(values), -1, dtype=np.int64)
+    prev_use = np.full(len(values), -1, dtype=np.int64)
+    next_use[by_chunk[:-1]] = np.where(same, blocks[by_chunk][1:], -1)
+    prev_use[by_chunk[1:]] = np.where(same, blocks[by_chunk][:-1], -1)
+    return ArrayNeeds(values, starts, next_use, prev_use)
+
+
 @dataclass(frozen=True)
 class ReadAmplification:
     """Chunk decodes of one epoch order at a pool budget, against the distinct chunks it reads."""
@@ -77,16 +112,19 @@ class ReadAmplification:
         return self.decodes / self.distinct if self.distinct else 1.0
 
 
-def read_amplification(needs: Ragged, budget_chunks: int) -> ReadAmplification:
-    """Decodes per distinct chunk when blocks read ``needs`` in order through a pool of
-    ``budget_chunks`` chunks (see the module docstring for the model).
+def read_amplification(needs: Ragged | ArrayNeeds, budget_chunks: int) -> ReadAmplification:
+    """Decodes per distinct chunk when blocks read ``needs`` (:func:`block_chunk_needs` or
+    :func:`patch_array_needs`) in order through a pool of ``budget_chunks`` chunks (see the
+    module docstring for the model).
 
     Whole-array numpy per block: a few sorts of the resident set and the block's chunks, so an
     epoch of thousands of blocks models in well under a second.
     """
     budget = positive_int("budget_chunks", budget_chunks)
-    values, starts = needs.values, needs.starts
-    n_blocks = len(needs)
+    values, starts = (
+        (needs.slabs, needs.starts) if isinstance(needs, ArrayNeeds) else (needs.values, needs.starts)
+    )
+    n_blocks = len(starts) - 1
     if n_blocks == 0 or len(values) == 0:
         return ReadAmplification(0, 0, budget, 0)
     never = np.iinfo(np.int64).max
