@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.plan.patches import PatchSpec, SpatialSplit, epoch_patches, plan_patches, split_by_region
+from insitu.plan.splits import split_by_chunk, split_by_coord
 
 
 def geom(shape, chunks, dims) -> ArrayGeometry:
@@ -149,3 +150,36 @@ def test_spatial_split_errors_name_the_value():
         plan_patches(g, PatchSpec({"x": 4}), split=split, split_name="c")
     with pytest.raises(ConfigError, match=r"not a spatial split"):
         SpatialSplit.from_json('{"format": "insitu.SplitManifest/1"}')
+
+
+def test_splits_along_time_keep_working_with_patches():
+    g = geom((40, 32, 32), (4, 16, 16), ("time", "y", "x"))
+    manifest = split_by_chunk(g, (0.8, 0.2), names=("train", "val"))  # chunks 0..7 | 8, 9
+    split = SpatialSplit.along_samples(manifest, g)
+    tiles = PatchSpec({"y": 8, "x": 8})
+    val = plan_patches(g, tiles, split=split, split_name="val")
+    times = val.grid.origins(val.positions(range(val.n_boxes)))[:, 0]
+    assert sorted(set(times.tolist())) == list(range(32, 40))
+    assert val.n_patches == 8 * 16
+    # Three consecutive frames: a clip starting in the last two samples of a train chunk
+    # would read val's first samples, so it belongs to neither split.
+    clips = PatchSpec({"time": 3, "y": 8, "x": 8}, stride={"time": 1})
+    train = plan_patches(g, clips, split=split, split_name="train")
+    last = train.grid.origins(train.positions(range(train.n_boxes)))[:, 0] + 2
+    assert last.max() == 31
+    assert SpatialSplit.from_json(split.to_json()) == split
+
+
+def test_a_split_by_coordinate_is_refused_for_patches():
+    g = ArrayGeometry(
+        name="t",
+        path="t",
+        shape=(10, 4),
+        dtype=np.dtype("f4"),
+        chunk_shape=(4, 4),
+        dimension_names=("time", "x"),
+        coords={"time": np.arange(10)},
+    )
+    manifest = split_by_coord(g, {"train": (0, 5), "val": (6, None)})
+    with pytest.raises(ConfigError, match="may cut a chunk"):
+        SpatialSplit.along_samples(manifest, g)

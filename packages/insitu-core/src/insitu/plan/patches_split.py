@@ -44,7 +44,7 @@ from insitu.plan.order import sorted_unique
 from insitu.plan.patches_regions import PatchSet, RegionLayout
 
 # The fraction and name rules of the sample-axis splits, shared so both read the same arguments.
-from insitu.plan.splits import _fractions, _largest_remainder, _names
+from insitu.plan.splits import SplitManifest, _fractions, _largest_remainder, _names
 
 _FORMAT = "insitu.SpatialSplit/1"
 LAYOUTS = ("blocks", "checkerboard")
@@ -134,6 +134,36 @@ class SpatialSplit:
         if split not in self.splits:
             raise ConfigError(f"unknown split {split!r}; this spatial split has {list(self.splits)}")
         return _split_patches(self, layout, self.names.index(split))
+
+    @classmethod
+    def along_samples(cls, manifest: SplitManifest, geom: ArrayGeometry) -> SpatialSplit:
+        """A split of chunks along the sample axis (:func:`~insitu.plan.splits.split_by_chunk`) as
+        cells of one chunk along that axis, so splits along time keep working with patches, and
+        a patch longer than one sample that would reach into the next split's chunk is left out
+        by the same rule. Combine with ``sample_span=manifest.sample_range`` to bound origins
+        to the manifest's range. A split by coordinate (per-split ranges) may cut a chunk, which
+        a cell cannot express: it is refused."""
+        if manifest.ranges is not None:
+            raise ConfigError(
+                "a split by coordinate value may cut a chunk; patches take chunk-aligned splits "
+                "(split_by_chunk, or split_by_region for splits in space)"
+            )
+        if geom.static or geom.n_samples != manifest.n_samples or geom.chunk_len != manifest.chunk_len:
+            raise ConfigError(
+                f"the manifest (built on {manifest.label!r}: {manifest.n_samples} samples in chunks of "
+                f"{manifest.chunk_len}) does not describe the sample axis of {geom.label!r}"
+            )
+        return cls(
+            label=geom.label,
+            shape=geom.shape,
+            chunk_shape=geom.chunk_shape,
+            axes=(geom.sample_axis,),
+            dims=(geom.sample_dim,),
+            cell_chunks=(1,),
+            splits={name: manifest.chunk_ids(name) for name in manifest.names},
+            layout="blocks" if manifest.contiguous else "checkerboard",
+            seed=manifest.seed,
+        )
 
     # -- JSON -------------------------------------------------------------------------------------
     def to_json(self) -> str:
