@@ -46,8 +46,9 @@ import numpy as np
 
 from insitu.errors import ConfigError
 from insitu.options import check_rank, flag, positive_int, seed_value
-from insitu.plan.order import epoch_rng
+from insitu.plan.order import block_bounds, epoch_rng
 from insitu.plan.patches_regions import PatchSet, RegionLayout
+from insitu.plan.splits import concat_runs
 
 #: Bumped whenever the patches of a given (seed, epoch, split, rank, world) change: resume states carry it.
 PATCH_ORDER_VERSION = 1
@@ -58,25 +59,29 @@ _SHUFFLE, _REGION_DRAW, _DRAW_COUNTS = 1, 2, 3
 @dataclass(frozen=True, eq=False)
 class PatchOrder:
     """One rank's patches for one epoch, as block entries: entry ``i`` delivers the first
-    ``counts[i]`` patches of block ``blocks[i]``'s (shuffled) list, positions
-    ``starts[i] .. starts[i + 1]`` of the rank's order. Positions from ``n_valid`` on repeat
+    ``counts[i]`` patches (of ``entry_sizes[i]``) of the (shuffled) patches of regions
+    ``region_lo[i] .. region_hi[i]`` of block ``blocks[i]``: a whole block, or a part of the
+    first one while the blocks ramp up to ``block_chunks`` regions. Entry ``i`` holds positions
+    ``starts[i] .. starts[i + 1]`` of the rank's order; positions from ``n_valid`` on repeat
     earlier ones (``uneven="pad"``; -1: none do)."""
 
     patches: PatchSet
     blocks: np.ndarray  # global block number of every entry, in delivery order
-    counts: np.ndarray  # patches each entry delivers
+    region_lo: np.ndarray  # the entry's first region, as an index into its block's regions
+    region_hi: np.ndarray
+    entry_sizes: np.ndarray  # patches of the entry's regions
+    counts: np.ndarray  # patches each entry delivers (fewer in an entry cut to the rank's count)
     starts: np.ndarray  # len = n_entries + 1
     n_valid: int
     tile: tuple[int, ...]  # regions per block along each axis
     block_regions_values: np.ndarray  # regions holding patches, block after block
     block_regions_starts: np.ndarray  # block g's regions: values[starts[g]:starts[g + 1]]
-    block_sizes: np.ndarray  # patches of every block (global numbering)
     region_draws: np.ndarray | None  # random sampling: draws per region; None for a grid
     seed: int
     epoch: int
     split: str
     shuffle: bool
-    _last: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _last: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def n_blocks(self) -> int:
@@ -91,34 +96,43 @@ class PatchOrder:
     @property
     def nbytes(self) -> int:
         """Bytes the order holds (it grows with regions and blocks, not patches)."""
-        arrays = (self.blocks, self.counts, self.starts, self.block_regions_values, self.block_regions_starts)
-        extra = 0 if self.region_draws is None else self.region_draws.nbytes
-        return int(sum(a.nbytes for a in arrays) + self.block_sizes.nbytes + extra)
+        arrays = [
+            self.blocks,
+            self.region_lo,
+            self.region_hi,
+            self.entry_sizes,
+            self.counts,
+            self.starts,
+            self.block_regions_values,
+            self.block_regions_starts,
+        ]
+        if self.region_draws is not None:
+            arrays.append(self.region_draws)
+        return int(sum(a.nbytes for a in arrays))
 
     def block_regions(self, i: int) -> np.ndarray:
-        """The regions (holding patches) of entry ``i``'s block."""
-        g = int(self.blocks[i])
-        return self.block_regions_values[self.block_regions_starts[g] : self.block_regions_starts[g + 1]]
+        """The regions (holding patches) entry ``i`` serves."""
+        first = int(self.block_regions_starts[int(self.blocks[i])])
+        return self.block_regions_values[first + int(self.region_lo[i]) : first + int(self.region_hi[i])]
 
     def block_boxes(self, i: int) -> np.ndarray:
-        """The boxes of :attr:`patches` in entry ``i``'s block."""
+        """The boxes of :attr:`patches` entry ``i`` serves."""
         starts = self.patches.region_box_starts
         regions = self.block_regions(i)
-        parts = [np.arange(starts[r], starts[r + 1], dtype=np.int64) for r in regions.tolist()]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return concat_runs(starts[regions], starts[regions + 1] - starts[regions])
 
     def is_whole(self, i: int) -> bool:
-        """Whether entry ``i`` delivers its whole block (not cut short by the rank's count)."""
-        return int(self.counts[i]) == int(self.block_sizes[int(self.blocks[i])])
+        """Whether entry ``i`` delivers all of its regions' patches (not cut to the rank's count)."""
+        return int(self.counts[i]) == int(self.entry_sizes[i])
 
     def block_positions(self, i: int) -> np.ndarray:
         """Position numbers of entry ``i``'s patches, in delivery order."""
-        g = int(self.blocks[i])
-        found = self._last.get(g)
+        key = (int(self.blocks[i]), int(self.region_lo[i]))
+        found = self._last.get(key)
         if found is None:
-            found = self._generate(g, self.block_boxes(i))
+            found = self._generate(key, self.block_regions(i))
             self._last.clear()  # consecutive batches read one or two blocks: keep only the last
-            self._last[g] = found
+            self._last[key] = found
         return found[: int(self.counts[i])]
 
     def patches_between(self, lo: int, hi: int) -> np.ndarray:
@@ -151,23 +165,21 @@ class PatchOrder:
         """The patch origins of positions ``lo .. hi`` (one row per patch: ``Batch.patch_origins``)."""
         return self.patches.grid.origins(self.patches_between(lo, hi))
 
-    def _generate(self, g: int, boxes: np.ndarray) -> np.ndarray:
-        """Every patch of block ``g`` in delivery order: its own generator, from (seed, epoch, split, g)."""
+    def _generate(self, key: tuple[int, int], regions: np.ndarray) -> np.ndarray:
+        """Every patch of an entry's regions in delivery order, from a generator of its own:
+        (seed, epoch, split) and the entry's (block, first region)."""
         ps = self.patches
+        starts = ps.region_box_starts
         if self.region_draws is None:
-            positions = ps.positions(boxes)
+            positions = ps.positions(concat_runs(starts[regions], starts[regions + 1] - starts[regions]))
         else:
-            starts = ps.region_box_starts
             parts = []
-            for r in self.block_regions_values[
-                self.block_regions_starts[g] : self.block_regions_starts[g + 1]
-            ]:
-                n = int(self.region_draws[r])
-                rng = _rng(self.seed, self.epoch, self.split, _REGION_DRAW, int(r))
-                parts.append(ps.draw(np.arange(starts[r], starts[r + 1]), n, rng))
+            for r in regions.tolist():
+                rng = _rng(self.seed, self.epoch, self.split, _REGION_DRAW, r)
+                parts.append(ps.draw(np.arange(starts[r], starts[r + 1]), int(self.region_draws[r]), rng))
             positions = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if self.shuffle:
-            _rng(self.seed, self.epoch, self.split, _SHUFFLE, g).shuffle(positions)
+            _rng(self.seed, self.epoch, self.split, _SHUFFLE, *key).shuffle(positions)
         return positions
 
 
@@ -179,6 +191,7 @@ def order_patches(
     split: str = "train",
     shuffle: bool = True,
     block_chunks: int = 16,
+    first_block_chunks: int | None = None,
     rank: int = 0,
     world_size: int = 1,
     uneven: str = "drop",
@@ -190,11 +203,16 @@ def order_patches(
     replacement from the positions of ``patches``; ``None`` delivers every position once (grid).
     ``block_chunks`` bounds the regions per block; when fewer blocks than ranks hold patches it
     is halved until each rank has one (an error only when fewer regions than ranks do).
+    ``first_block_chunks`` serves the rank's first block in parts of that many regions,
+    doubling (as :func:`insitu.plan.order.epoch_order` ramps its first blocks), so the first
+    batch waits for a few regions' chunks rather than a whole block's.
     """
     seed = seed_value("seed", seed)
     epoch = seed_value("epoch", epoch)
     shuffle = flag("shuffle", shuffle)
     block_chunks = positive_int("block_chunks", block_chunks)
+    if first_block_chunks is not None:
+        first_block_chunks = positive_int("first_block_chunks", first_block_chunks)
     check_rank(rank, world_size)
     if uneven not in ("drop", "pad"):
         raise ConfigError(f"uneven={uneven!r}; expected 'drop' or 'pad'")
@@ -209,37 +227,67 @@ def order_patches(
         rng = _rng(seed, epoch, split, _DRAW_COUNTS)
         units = region_draws = rng.multinomial(draws, units / total).astype(np.int64)
     tile, block_of_region, block_sizes, nonempty = _blocks(layout, units, block_chunks, world_size, split)
+    holding = np.flatnonzero(units > 0)
+    by_block = holding[np.argsort(block_of_region[holding], kind="stable")]
+    region_starts = np.searchsorted(
+        block_of_region[by_block], np.arange(len(block_sizes) + 1, dtype=np.int64)
+    ).astype(np.int64)
     perm = epoch_rng(seed, epoch, split).permutation(len(nonempty)) if shuffle else np.arange(len(nonempty))
     dealt = nonempty[perm]
     mine = dealt[rank::world_size]
-    counts = block_sizes[mine]
     limit = None
     if world_size > 1:
         per_rank = np.bincount(
             np.arange(len(dealt)) % world_size, weights=block_sizes[dealt], minlength=world_size
         ).astype(np.int64)
         limit = int(per_rank.min()) if uneven == "drop" else int(per_rank.max())
-    blocks, counts, n_valid = _fit(mine, counts, limit)
-    holding = np.flatnonzero(units > 0)
-    by_block = holding[np.argsort(block_of_region[holding], kind="stable")]
-    region_starts = np.searchsorted(
-        block_of_region[by_block], np.arange(len(block_sizes) + 1, dtype=np.int64)
-    ).astype(np.int64)
+    entries = _entries(mine, region_starts, by_block, units, block_sizes, block_chunks, first_block_chunks)
+    index, counts, n_valid = _fit(entries[3], limit)
+    blocks, region_lo, region_hi, entry_sizes = (e[index] for e in entries)
     return PatchOrder(
         patches=patches,
         blocks=blocks,
+        region_lo=region_lo,
+        region_hi=region_hi,
+        entry_sizes=entry_sizes,
         counts=counts,
         starts=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
         n_valid=n_valid,
         tile=tile,
         block_regions_values=by_block,
         block_regions_starts=region_starts,
-        block_sizes=block_sizes,
         region_draws=region_draws,
         seed=seed,
         epoch=epoch,
         split=split,
         shuffle=shuffle,
+    )
+
+
+def _entries(
+    mine: np.ndarray,
+    region_starts: np.ndarray,
+    by_block: np.ndarray,
+    units: np.ndarray,
+    block_sizes: np.ndarray,
+    block_chunks: int,
+    first_block_chunks: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rank's entries ``(block, first region, end region, patches)``: one per block, the
+    first block cut into a ramp of parts when ``first_block_chunks`` asks for it."""
+    n_regions = region_starts[mine + 1] - region_starts[mine]
+    blocks, lo, hi, sizes = mine, np.zeros(len(mine), dtype=np.int64), n_regions, block_sizes[mine]
+    if first_block_chunks is None or not len(mine) or first_block_chunks >= n_regions[0]:
+        return blocks, lo, hi, sizes
+    bounds = block_bounds(int(n_regions[0]), block_chunks, first_block_chunks)
+    first = region_starts[mine[0]]
+    cum = np.concatenate(([0], np.cumsum(units[by_block[first : first + n_regions[0]]])))
+    parts = len(bounds) - 1
+    return (
+        np.concatenate([np.full(parts, mine[0], dtype=np.int64), blocks[1:]]),
+        np.concatenate([bounds[:-1], lo[1:]]),
+        np.concatenate([bounds[1:], hi[1:]]),
+        np.concatenate([cum[bounds[1:]] - cum[bounds[:-1]], sizes[1:]]),
     )
 
 
@@ -294,26 +342,30 @@ def _blocks(
     return tile, block_of_region, sizes, nonempty
 
 
-def _fit(mine: np.ndarray, counts: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray, int]:
-    """The rank's entries cut to ``limit`` patches (drop) or padded up to it by cycling its own
-    blocks from the first (pad); and where padding starts (-1: none)."""
-    total = int(counts.sum())
+def _fit(sizes: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The rank's entries (as indices) cut to ``limit`` patches (drop) or padded up to it by
+    cycling its own entries from the first (pad); the patches each delivers; and where padding
+    starts (-1: none)."""
+    total = int(sizes.sum())
+    index = np.arange(len(sizes), dtype=np.int64)
     if limit is None or total == limit:
-        return mine, counts, -1
-    ends = np.cumsum(counts)
+        return index, sizes, -1
+    ends = np.cumsum(sizes)
     if total > limit:
         n = int(np.searchsorted(ends, limit, side="left")) + 1
-        cut = counts[:n].copy()
+        cut = sizes[:n].copy()
         cut[-1] -= int(ends[n - 1]) - limit
-        return mine[:n], cut, -1
+        return index[:n], cut, -1
     rounds, rest = divmod(limit - total, total)
     n = int(np.searchsorted(ends, rest, side="left")) + 1 if rest else 0
-    tail = counts[:n].copy()
+    tail = sizes[:n].copy()
     if n:
         tail[-1] -= int(ends[n - 1]) - rest
-    blocks = np.concatenate([mine] * (1 + rounds) + [mine[:n]])
-    sizes = np.concatenate([counts] * (1 + rounds) + [tail])
-    return blocks, sizes, total
+    return (
+        np.concatenate([index] * (1 + rounds) + [index[:n]]),
+        np.concatenate([sizes] * (1 + rounds) + [tail]),
+        total,
+    )
 
 
 def _rng(seed: int, epoch: int, split: str, *words: int) -> np.random.Generator:

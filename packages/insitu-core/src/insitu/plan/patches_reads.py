@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from insitu.options import positive_int
-from insitu.plan.order import Ragged, sorted_unique
+from insitu.plan.order import Ragged
 from insitu.plan.patches_order import PatchOrder
 from insitu.plan.reads import ArrayNeeds
 from insitu.plan.splits import concat_runs
@@ -42,22 +42,27 @@ def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int
     A whole block's chunks come from its boxes (per-axis arithmetic, all blocks in one pass); a
     block cut short to the rank's count, from its patches."""
     patches = order.patches
-    whole = np.array([order.is_whole(i) for i in range(order.n_blocks)], dtype=bool)
-    # Whole blocks, each once (padding repeats blocks): their boxes, tagged with the block's rank
-    # among them, in one pass.
-    blocks = sorted_unique(order.blocks[whole]) if whole.any() else np.zeros(0, dtype=np.int64)
-    lo, hi = order.block_regions_starts[blocks], order.block_regions_starts[blocks + 1]
+    whole = [order.is_whole(i) for i in range(order.n_blocks)]
+    # Whole entries, each once (padding repeats them): their boxes, tagged with the entry's rank
+    # among them, expand into chunks in one pass.
+    owner_of: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(whole).tolist():
+        owner_of.setdefault((int(order.blocks[i]), int(order.region_lo[i])), i)
+    distinct = np.fromiter(owner_of.values(), dtype=np.int64, count=len(owner_of))
+    lo = order.block_regions_starts[order.blocks[distinct]] + order.region_lo[distinct]
+    hi = order.block_regions_starts[order.blocks[distinct]] + order.region_hi[distinct]
     regions = order.block_regions_values[concat_runs(lo, hi - lo)]
-    region_owner = np.repeat(np.arange(len(blocks), dtype=np.int64), hi - lo)
+    region_owner = np.repeat(np.arange(len(distinct), dtype=np.int64), hi - lo)
     box_starts = patches.region_box_starts
     per_region = box_starts[regions + 1] - box_starts[regions]
     boxes = concat_runs(box_starts[regions], per_region)
     owners, ids = patches.chunk_ids_by_owner(boxes, np.repeat(region_owner, per_region), chunk_shape, offset)
-    bounds = np.searchsorted(owners, np.arange(len(blocks) + 1, dtype=np.int64))
+    bounds = np.searchsorted(owners, np.arange(len(distinct) + 1, dtype=np.int64))
+    rank_of = {key: k for k, key in enumerate(owner_of)}
     parts = []
     for i in range(order.n_blocks):
         if whole[i]:
-            k = int(np.searchsorted(blocks, order.blocks[i]))
+            k = rank_of[int(order.blocks[i]), int(order.region_lo[i])]
             parts.append(ids[bounds[k] : bounds[k + 1]])
         else:  # cut short to the rank's count: from its patches
             parts.append(patches.patch_chunk_ids(order.block_positions(i), chunk_shape, offset))
