@@ -20,7 +20,8 @@ patch of the block is served from them.
 The order is a pure function of (seed, epoch, split, rank, world_size), with
 numpy generators seeded like :func:`insitu.plan.order.epoch_rng`: the block
 permutation is that generator's first draw; each block's shuffle has its own
-generator seeded by the block's number, so the patches of any batch follow from
+generator seeded by the block's number (and, in the ramp of a first block cut into
+parts, the part's first region), so the patches of any batch follow from
 the block sizes alone, without generating earlier blocks (a resume at batch
 ``k`` costs one block). Grid sampling delivers every position of the
 :class:`~insitu.plan.patches_regions.PatchSet` once per epoch (over all ranks,
