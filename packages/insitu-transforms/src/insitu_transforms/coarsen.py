@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.arrays.geometry import ArrayGeometry, is_integer
-from insitu.errors import ConfigError
+from insitu.plugin_api import ArrayGeometry, ConfigError, is_integer
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,
