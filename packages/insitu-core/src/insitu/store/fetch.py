@@ -124,7 +124,11 @@ class ChunkFetcher:
     def congestion_signals(self) -> int:
         """Retries and timeouts seen so far, the store's own retries included (each new one tells
         the concurrency controller that the store is congested)."""
-        return self.counters.retries + self.counters.timeouts + (self.store_retries or 0)
+        own = self.counters.retries + self.counters.timeouts
+        # Asked per completed read: the capability is a flag, where a protocol check costs microseconds.
+        if self.capabilities.reports_retries:
+            return own + cast(ReportsRetries, self.store).insitu_retries
+        return own
 
     @property
     def store_timeouts(self) -> int | None:
@@ -135,7 +139,7 @@ class ChunkFetcher:
     @property
     def store_retries(self) -> int | None:
         """Retries the store made by itself, when it reports them (all its callers together)."""
-        return self.store.insitu_retries if isinstance(self.store, ReportsRetries) else None
+        return cast(ReportsRetries, self.store).insitu_retries if self.capabilities.reports_retries else None
 
     async def get(
         self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
