@@ -82,14 +82,16 @@ def test_the_projection_takes_the_lower_of_the_two_bounds() -> None:
 
 
 def test_the_plateau_is_where_throughput_stops_following_the_threads() -> None:
-    following = [
+    rising = [
         {"threads": 8, "chunks_per_s": 3_900, "ideal_chunks_per_s": 4_000},
         {"threads": 16, "chunks_per_s": 7_600, "ideal_chunks_per_s": 8_000},
+        {"threads": 32, "chunks_per_s": 9_000, "ideal_chunks_per_s": 16_000},  # +18%: still gaining
     ]
-    assert not scaling.plateau_reached(following)
-    flat = [*following, {"threads": 32, "chunks_per_s": 9_000, "ideal_chunks_per_s": 16_000}]
+    assert not scaling.plateau_reached(rising)
+    assert not scaling.plateau_reached(rising[:1])  # one count cannot tell
+    flat = [*rising, {"threads": 64, "chunks_per_s": 9_500, "ideal_chunks_per_s": 32_000}]  # +5.6%
     assert scaling.plateau_reached(flat)
-    assert scaling.serial_limit(flat) == 9_000
+    assert scaling.serial_limit(flat) == 9_500
     assert scaling.block_chunks(8) == 256
     assert scaling.block_chunks(128) == 512
 
