@@ -144,6 +144,7 @@ class EpochRun:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            self._forget_settled_waiters()  # before the consumer can raise the error
             self.out.put(exc)
         finally:
             for task in (producer, emitter):
@@ -151,6 +152,18 @@ class EpochRun:
             await asyncio.gather(producer, emitter, return_exceptions=True)
             for b in list(self._pinned):
                 self._release_block(b)
+
+    def _forget_settled_waiters(self) -> None:
+        """Take the settled waiters off the slabs of live blocks still loading. A failed block's
+        waiter holds the error handed to the consumer, whose traceback gains the consumer's frames
+        (and so the dataset) when raised there; a slab loading on after the pass would keep all
+        that from the garbage collector for as long as its load takes."""
+        for b, pinned in self._pinned.items():
+            entries = [e for es in pinned.values() for e in es if e is not None]
+            entries += [e for _, es in self._streams.get(b, {}).values() for e in es]
+            for e in entries:
+                if e.waiters:
+                    e.waiters = [w for w in e.waiters if not w.future.done()]
 
     async def _produce(self) -> None:
         engine = self.engine
