@@ -39,6 +39,16 @@ TENSORFLOW = "tensorflow-cpu>=2.16"
 
 # A hung test fails after 5 minutes instead of eating the CI budget.
 PYTEST_ARGS = ("-p", "no:cacheprovider", "--timeout=300")
+# Sessions whose tests are independent run them in worker processes (pytest-xdist), one per core
+# (at most 4, so a large machine does not start a store server per core). A test file stays on
+# one worker (loadfile): its module fixtures are built once and its tests keep their order.
+# Process-wide state (the engine loop, the plugin registry, thread counts) is per worker; every
+# server a test starts takes a free port. `-- -n 0` runs a session in one process.
+PARALLEL = ("-n", "auto", "--maxprocesses=4", "--dist=loadfile")
+# The slow core cases (`@pytest.mark.slow`: the soak, the fault drills over many seeds, the
+# scripts run in subprocesses) check the engine, not the interpreter: they run once, on the
+# first Python of tests-core; the other Pythons run everything else.
+NOT_SLOW = ("-m", "not slow")
 IMPORT_NAMES = {
     "insitu-core": "insitu",
     "insitu-stores": "insitu_stores",
@@ -58,8 +68,9 @@ def _editable(*specs: str) -> list[str]:
     return args
 
 
-def _pytest(session: nox.Session, package: str) -> None:
-    """Run one package's tests from the repo root (root pyproject.toml holds the pytest config)."""
+def _pytest(session: nox.Session, package: str, *extra: str) -> None:
+    """Run one package's tests from the repo root (root pyproject.toml holds the pytest config);
+    ``extra`` (e.g. :data:`PARALLEL`) goes before the caller's arguments, which may override it."""
     # Exit code 5 (no tests collected) is legitimate only when the caller narrowed the selection
     # (`nox -t tests -- -k name` matches tests in one package, none in the others). Without
     # arguments, a package that collects nothing is a broken package and must fail.
@@ -67,14 +78,18 @@ def _pytest(session: nox.Session, package: str) -> None:
     # Paths among the arguments replace the package's test folder (`-- path/to/test_x.py`).
     given_paths = [arg for arg in session.posargs if not arg.startswith("-") and Path(arg).exists()]
     targets = [] if given_paths else [f"packages/{package}/tests"]
-    session.run("pytest", *targets, *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+    session.run("pytest", *targets, *PYTEST_ARGS, *extra, *session.posargs, success_codes=success_codes)
 
 
-@nox.session(name="tests-core", python=["3.11", "3.12"], venv_backend="uv", tags=["tests"])
+CORE_PYTHONS = ["3.11", "3.12"]
+
+
+@nox.session(name="tests-core", python=CORE_PYTHONS, venv_backend="uv", tags=["tests"])
 def tests_core(session: nox.Session) -> None:
     """insitu-core (numpy, zarr, pluggy only) on every supported Python found on this machine."""
     session.install(*_editable("insitu-core[test]"))
-    _pytest(session, "insitu-core")
+    once = () if session.python == CORE_PYTHONS[0] else NOT_SLOW
+    _pytest(session, "insitu-core", *PARALLEL, *once)
 
 
 @nox.session(name="tests-stores", python=["3.11", "3.12"], venv_backend="uv", tags=["tests"])
@@ -83,13 +98,14 @@ def tests_stores(session: nox.Session) -> None:
     # The test extra holds every backend and the S3 server (moto); the Python decides the
     # versions (icechunk 1.x / virtualizarr 2.5 on 3.11, icechunk 2.x / virtualizarr 2.8 on 3.12).
     session.install(*_editable("insitu-core[test]", "insitu-stores[test]"))
-    _pytest(session, "insitu-stores")
+    _pytest(session, "insitu-stores", *PARALLEL)
 
 
 @nox.session(name="tests-transforms", python="3.11", venv_backend="uv", tags=["tests"])
 def tests_transforms(session: nox.Session) -> None:
     """insitu-transforms: StandardScaler and chunk transforms."""
     session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"))
+    # One process: 250 tests in about 20 s, and two workers measured slower (their start-up).
     _pytest(session, "insitu-transforms")
 
 
@@ -100,7 +116,7 @@ def tests_torch(session: nox.Session) -> None:
     # resume tests also run through its StatefulDataLoader (0.11.0 checked with torch 2.13.0).
     session.install(TORCH, "torchdata==0.11.0")
     session.install(*_editable("insitu-core[test]", "insitu-torch[test]"))
-    _pytest(session, "insitu-torch")
+    _pytest(session, "insitu-torch", *PARALLEL)
 
 
 @nox.session(name="tests-jax", python="3.11", venv_backend="uv", tags=["tests"])
@@ -133,7 +149,9 @@ def tests_bench(session: nox.Session) -> None:
     """The benchmark scripts' own tests (bench/tests): tiny runs of each script, the regression guard's arithmetic."""
     session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"), "psutil")
     success_codes = [0, 5] if session.posargs else [0]
-    session.run("pytest", "bench/tests", *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+    session.run(
+        "pytest", "bench/tests", *PYTEST_ARGS, *PARALLEL, *session.posargs, success_codes=success_codes
+    )
 
 
 @nox.session(python="3.11", venv_backend="uv")
@@ -224,6 +242,7 @@ EXAMPLE_EXTRAS = (
     "psutil>=5.9",
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.6.1",  # tests-examples runs in worker processes (PARALLEL)
 )
 
 
@@ -256,7 +275,9 @@ def tests_examples(session: nox.Session) -> None:
     """The examples' data paths (synthetic and real-store layouts) against local copies of the real stores."""
     _example_env(session, "torch")
     success_codes = [0, 5] if session.posargs else [0]
-    session.run("pytest", "examples/tests", *PYTEST_ARGS, *session.posargs, success_codes=success_codes)
+    session.run(
+        "pytest", "examples/tests", *PYTEST_ARGS, *PARALLEL, *session.posargs, success_codes=success_codes
+    )
 
 
 # The published reference design the benchmark compares against: Python >= 3.12 only, so it gets

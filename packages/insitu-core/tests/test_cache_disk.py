@@ -230,6 +230,7 @@ def big(tmp_path: Path) -> Path:
     return tmp_path / "big"
 
 
+@pytest.mark.slow
 def test_an_arena_larger_than_the_disk_is_an_error_not_a_sigbus(big: Path, tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "mnt", "8m") as mnt:
         out = _run(_CHILD.format(root=str(big), cache=str(mnt / "cache"), between="pass"))
@@ -240,6 +241,7 @@ def test_an_arena_larger_than_the_disk_is_an_error_not_a_sigbus(big: Path, tmp_p
         assert sorted(p.name for p in (mnt / "cache").iterdir()) == [".lock"]  # no half-grown arena kept
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_open_names_cache_dir(root: Path, tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "mnt", "1m") as mnt:
         filler = mnt / "filler"
@@ -250,6 +252,7 @@ def test_a_full_disk_at_open_names_cache_dir(root: Path, tmp_path: Path) -> None
         assert f"cache_dir {mnt / 'cache'}" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_disk_filled_during_the_run_fails_the_save_cleanly(root: Path, tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "mnt", "1m") as mnt:
         # After the epoch, before close(): the disk fills up (another job's output, say).

@@ -438,6 +438,7 @@ def test_persisted_cache_of_a_probed_output_is_reused_by_a_new_process(
     assert _run_in_new_process(two_arrays, cache, 2.0, "x,z") == {"x": 0, "z": 0}
 
 
+@pytest.mark.slow
 def test_cache_invalidation_is_per_array(two_arrays: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     _run_in_new_process(two_arrays, cache, 2.0, "x,y")

@@ -18,6 +18,9 @@ from zarr.storage import LocalStore
 
 import insitu
 
+# Each test runs the console script several times, seconds each: slow (tests-core runs them once).
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(sys.executable).with_name("insitu")
 N = 48  # samples; chunks of 4: 12 slabs per array
 

@@ -89,6 +89,7 @@ def runs(draw):
     return n, c, window, fractions, split
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     runs(),
@@ -164,6 +165,7 @@ def test_the_rest_of_an_epoch_is_delivered_once_at_another_world_size(
     assert missing <= allowed
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     runs(), st.lists(st.integers(1, 12), min_size=2, max_size=4), st.sampled_from(["drop", "pad"]), st.data()

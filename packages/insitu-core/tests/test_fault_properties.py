@@ -301,6 +301,7 @@ def epochs_and_splits(ds: insitu.InSituDataset, reference: insitu.InSituDataset)
             yield epoch, split
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(sc=scenarios(), plan=transient_plans())
 def test_exactly_once_exact_values_and_order_through_transient_faults(sc: Scenario, plan: FaultPlan) -> None:
@@ -350,6 +351,7 @@ def damage_schedules(draw: st.DrawFn, sc: Scenario) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data(), sc=scenarios(), transient=transient_plans())
 def test_skip_leaves_out_exactly_the_samples_touching_damaged_chunks(
@@ -412,6 +414,7 @@ CHECKSUMMED = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(
     codec=st.sampled_from(sorted(CHECKSUMMED)),

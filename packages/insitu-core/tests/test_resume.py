@@ -80,6 +80,7 @@ def _dataset(root: Path, shuffle: bool, budget: int | str = "auto") -> insitu.In
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [True, False])
 # Blocks hold 8, 12, 12, 12... samples (the first is one batch's worth of chunks), so k=4 stops at
 # sample 20, a block boundary; k=2 and k=7 stop inside a block.

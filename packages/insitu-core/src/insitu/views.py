@@ -450,7 +450,11 @@ class ViewIterator(Iterator[Batch]):
                     "this InSituDataset was closed while one of its views was being iterated"
                 )
             if isinstance(item, BaseException):
-                self._finish(wait=True)
+                # The run put its error last and ends by itself: wait without cancelling it. A cancel
+                # landing while it wound down left a cancelled task, held by the loop a moment longer,
+                # whose traceback reached this error, and through the frames the error is raised from,
+                # the dataset: one garbage collection then missed the dataset and its threads.
+                self._finish(wait=True, cancel=False)
                 raise item
             self._loop.call_soon_threadsafe(run.release_credit)
             self.batches_done = item.index + 1
@@ -476,7 +480,9 @@ class ViewIterator(Iterator[Batch]):
         with contextlib.suppress(RuntimeError):  # the loop is gone: nothing is running there
             self._loop.call_soon_threadsafe(self._run.cancel)
 
-    def _finish(self, *, wait: bool, report: bool = False, completed: bool = False) -> None:
+    def _finish(
+        self, *, wait: bool, report: bool = False, completed: bool = False, cancel: bool = True
+    ) -> None:
         if self._finished:
             return
         self._finished = True
@@ -487,7 +493,8 @@ class ViewIterator(Iterator[Batch]):
         self._engine.stats.iterating_s += seconds
         if report:  # a pass ended on the consumer's thread (never from a finaliser)
             self._report(seconds, completed)
-        self._cancel()
+        if cancel:
+            self._cancel()
         # Waiting lets the run release its pins before a next pass starts. Never from the loop's
         # own thread (it would wait for itself) or while the interpreter shuts down.
         if wait and not in_loop_thread() and not sys.is_finalizing() and threading.main_thread().is_alive():

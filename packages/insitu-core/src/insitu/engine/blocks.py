@@ -116,6 +116,13 @@ class LiveBlock:
                 e.waiters.append(waiter)
         return waiter
 
+    def forget_settled_waiters(self) -> None:
+        """Drop the waiters already settled from the slabs this block reads (a settled waiter of a
+        failed block holds its error; a slab still loading must not keep that error alive)."""
+        for e in self.entries():
+            if e.waiters:
+                e.waiters = [w for w in e.waiters if not w.future.done()]
+
     def take_waiter(self) -> BlockWaiter | None:
         """The waiter, handed over once (the emitter awaits it; nothing else needs it after)."""
         waiter, self.waiter = self.waiter, None

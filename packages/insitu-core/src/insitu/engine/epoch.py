@@ -139,6 +139,7 @@ class EpochRun:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            self._forget_settled_waiters()  # before the consumer can raise the error
             self.out.put(exc)
         finally:
             for task in (producer, emitter):
@@ -146,6 +147,14 @@ class EpochRun:
             await asyncio.gather(producer, emitter, return_exceptions=True)
             for b in list(self._live):
                 self._release_block(b)
+
+    def _forget_settled_waiters(self) -> None:
+        """Take the settled waiters off the slabs of live blocks still loading. A failed block's
+        waiter holds the error handed to the consumer, whose traceback gains the consumer's frames
+        (and so the dataset) when raised there; a slab loading on after the pass would keep all
+        that from the garbage collector for as long as its load takes."""
+        for block in self._live.values():
+            block.forget_settled_waiters()
 
     async def _produce(self) -> None:
         engine = self.engine
