@@ -188,11 +188,11 @@ def test_read_ahead_grows_to_feed_the_requests_in_flight_the_controller_chose(
 
 
 def test_read_ahead_beyond_its_blocks_stays_under_its_byte_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from insitu.engine import epoch
+    from insitu.plan import memory_model
 
     source, values = _source()
     # 64 bytes a sample: a cap of 40 samples is less than the default read-ahead already holds.
-    monkeypatch.setattr(epoch, "READAHEAD_CAP_BYTES", 40 * 64)
+    monkeypatch.setattr(memory_model, "READAHEAD_CAP_BYTES", 40 * 64)
     store = PacedStore(source, slow_s=0.05)
     _defaults_epoch(store, values)
     assert store.most["slow"] <= DEFAULT_READAHEAD_CHUNKS

@@ -12,9 +12,9 @@ import pytest
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import source_spec
+from insitu.engine.pages import can_populate, populate_for_write
 from insitu.engine.pool import ArrayPool, allocate_arena
 from insitu.engine.prefault import ArenaPrefaulter
-from insitu.plan.memory import can_populate, populate_for_write
 
 
 def _mapping_of(addr: int) -> str:

@@ -199,3 +199,42 @@ def test_coarsen_through_the_engine(tmp_path: Path) -> None:
     for b in batches:
         np.testing.assert_allclose(b["z"], want[b.sample_indices], rtol=1e-6)
     assert sorted(np.concatenate([b.sample_indices for b in batches]).tolist()) == list(range(20))
+
+
+class _Namespace:
+    """numpy seen through another array module's door: only what block_reduce may use."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        return getattr(np, name)
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+@pytest.mark.parametrize("dtype", ["f4", "i2"])
+def test_block_reduce_through_another_array_module_gives_the_host_result(how: str, dtype: str) -> None:
+    from insitu_transforms.coarsen import block_reduce
+
+    rng = np.random.default_rng(3)
+    block = (rng.normal(size=(3, 2, 9, 10)) * 100).astype(dtype)
+    if dtype == "f4":
+        block[0, 0, :3, :2] = np.nan  # a block of NaN only
+        block[1, 1, 4, 5] = np.nan
+    coarsen = Coarsen({1: 3, 2: 2}, how=how)
+    xp = _Namespace()
+    out_dtype = coarsen.out_spec(block.shape, block.dtype, name="x")[1]
+    got = block_reduce(xp, block, {1: 3, 2: 2}, how, out_dtype)
+    np.testing.assert_array_equal(got, coarsen("x", block))
+    assert got.dtype == out_dtype
+    assert xp.calls, "the reduction must go through the array module it is given"
+    np.testing.assert_array_equal(coarsen.reduce(np, "x", block), coarsen("x", block))
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+def test_factors_of_one_give_a_new_array_not_a_view_of_the_block(how: str) -> None:
+    block = np.arange(2 * 3 * 4, dtype="f4").reshape(2, 3, 4)
+    out = Coarsen({0: 1, 1: 1}, how=how)("x", block)
+    np.testing.assert_array_equal(out, block)
+    assert not np.shares_memory(out, block)  # the engine may reuse the block's buffer

@@ -24,6 +24,7 @@ from insitu.batch import Batch
 from insitu.engine.passes import CLOSED, END
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import check_rank
+from insitu.plan import memory_model
 from insitu.plan.elastic import Segment
 from insitu.plan.order import ORDER_VERSION
 from insitu.plan.position import ElasticEpoch, PassProgress, view_state
@@ -414,18 +415,13 @@ class ViewIterator(Iterator[Batch]):
     def readahead_bytes(self) -> int:
         """Bytes of batches this pass holds at most besides the pool: the batch being delivered and
         the read-ahead blocks, whose rows streamed slabs are decoded into, plus the prefetch queue."""
-        plan, ds = self._run.plan, self._dataset
-        starts = plan.order.block_starts
-        n = plan.order.n_blocks
-        if n == 0:
-            return 0
-        window = min(n, plan.batch_span + ds.options.readahead_blocks)
-        samples = int((starts[window:] - starts[: n + 1 - window]).max()) if n >= window else int(starts[-1])
-        samples += ds.options.prefetch * plan.batch_size
-        per_sample = sum(
-            int(np.prod(spec.sample_shape)) * spec.dtype.itemsize for spec in ds.label_specs.values()
+        ds = self._dataset
+        return memory_model.readahead_bytes(
+            self._run.plan,
+            ds.label_specs.values(),
+            readahead_blocks=ds.options.readahead_blocks,
+            prefetch=ds.options.prefetch,
         )
-        return samples * per_sample
 
     def __next__(self) -> Batch:
         if self._finished:

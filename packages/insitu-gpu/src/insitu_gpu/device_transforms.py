@@ -15,6 +15,10 @@ the batch was gathered from, since each acts on samples independently).
 
 No branch depends on data values (``if nan.any()``): on a GPU each such test
 is a synchronisation with the host, which would stall the copy overlap.
+``Coarsen`` runs the host's own block reduction
+(:func:`insitu_transforms.coarsen.block_reduce`, written for either array
+module). The transforms come from insitu-transforms, which this module
+imports when a chain is built (``pip install insitu-gpu[transforms]``).
 """
 
 from __future__ import annotations
@@ -33,10 +37,17 @@ SUPPORTED = ("StandardScaler", "Cast", "FillNaN", "NanToNum", "Crop", "Coarsen",
 
 
 def _kind(transform: Any) -> str | None:
-    for klass in type(transform).__mro__:
-        if klass.__module__.startswith("insitu_transforms") and klass.__name__ in SUPPORTED:
-            return "FillNaN" if klass.__name__ == "NanToNum" else klass.__name__
-    return None
+    """Which device version runs ``transform`` (a NanToNum is a FillNaN), None when there is none."""
+    try:
+        from insitu_transforms import Cast, Coarsen, Crop, FillNaN, StandardScaler
+    except ImportError:  # without insitu-transforms no transform has a device version
+        return None
+    for klass in (StandardScaler, Cast, FillNaN, Crop, Coarsen):
+        if isinstance(transform, klass):
+            return klass.__name__
+    from insitu_transforms import Regrid  # last: its module imports scipy
+
+    return "Regrid" if isinstance(transform, Regrid) else None
 
 
 def _base(label: str) -> str:
@@ -77,38 +88,11 @@ def fill_nan(xp: Any, value: float, array: Any) -> Any:
 
 
 def coarsen(xp: Any, plan: Mapping[int, int], how: str, out_dtype: np.dtype[Any], array: Any) -> Any:
-    """Block means (NaN left out) or maxima (NaN ignored unless all NaN) over ``plan`` ``{axis: factor}``."""
-    index: list[slice] = [slice(None)] * array.ndim
-    shape: list[int] = []
-    reduce_axes: list[int] = []
-    for ax, n in enumerate(array.shape):
-        f = plan.get(ax - 1) if ax > 0 else None
-        if f is None:
-            shape.append(n)
-            continue
-        index[ax] = slice(0, n - n % f)
-        shape += [n // f, f]
-        reduce_axes.append(len(shape) - 1)
-    cells = xp.reshape(array[tuple(index)], tuple(shape))
-    axes = tuple(reduce_axes)
-    floating = np.dtype(array.dtype).kind in "fc"
-    if how == "max":
-        if not floating:
-            return xp.max(cells, axis=axes).astype(out_dtype)
-        missing = xp.isnan(cells)
-        low = xp.asarray(-np.inf, dtype=cells.dtype)
-        top = xp.max(xp.where(missing, low, cells), axis=axes)
-        every = xp.all(missing, axis=axes)
-        return xp.where(every, xp.asarray(np.nan, dtype=top.dtype), top).astype(out_dtype)
-    wide = np.result_type(np.dtype(array.dtype), np.float64)
-    if not floating:
-        return xp.mean(cells, axis=axes, dtype=wide).astype(out_dtype)
-    missing = xp.isnan(cells)
-    total = xp.sum(xp.where(missing, xp.asarray(0, dtype=cells.dtype), cells), axis=axes, dtype=wide)
-    count = xp.sum(~missing, axis=axes, dtype=wide)
-    # 0 / 0 is NaN, as the host gives for an all-NaN block; errstate only matters on numpy.
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (total / count).astype(out_dtype)
+    """Block means (NaN left out) or maxima (NaN ignored unless all NaN) over ``plan`` ``{axis: factor}``:
+    :func:`insitu_transforms.coarsen.block_reduce`, the host's own reduction."""
+    from insitu_transforms.coarsen import block_reduce
+
+    return block_reduce(xp, array, plan, how, out_dtype)
 
 
 class DeviceWeights:
@@ -224,11 +208,7 @@ class DeviceChain:
         if kind == "Coarsen":
             if tuple(out_shape) == shape and np.dtype(out_dtype) == dtype:
                 return array
-            dims = importlib.import_module("insitu_transforms.dims")
-            keys = [k for k, _ in t.factors]
-            axes = dims.resolve_axes(keys, t.dims, name, len(shape) - 1, what="Coarsen")
-            plan = {axes[k]: f for k, f in t.factors if k in axes}
-            return coarsen(xp, plan, t.how, np.dtype(out_dtype), array)
+            return t.reduce(xp, name, array)  # the host's block reduction, on the device's arrays
         key = ("regrid", id(t))
         if key not in self._cache:
             self._cache[key] = (DeviceWeights(xp, t), t)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from insitu.plugins.hookspecs import RegisterDevice, hookimpl
+from insitu.plugin_api import RegisterDevice, hookimpl
 from insitu_gpu.device import cupy_device
 from insitu_gpu.stage import DeviceStage, device_stage
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_jax.adapter import import_jax
 
 

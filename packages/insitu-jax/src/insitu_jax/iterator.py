@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from insitu.errors import ConfigError
-from insitu.sources import BatchedView, require_batched_view, require_shardable_view
+from insitu.plugin_api import BatchedView, ConfigError, require_batched_view, require_shardable_view
 from insitu_jax.adapter import import_jax, replicated, static_labels, to_jax
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insitu.plugins.hookspecs import RegisterAdapter, hookimpl
+from insitu.plugin_api import RegisterAdapter, hookimpl
 from insitu_jax.adapter import to_jax
 from insitu_jax.iterator import jax_iterator
 

@@ -19,8 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from insitu.store.opener import redact_url
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import RetryPolicy, redact_url
 from insitu_stores.errors import Redactor, StoreError, StorePermissionError, StoreTimeoutError, first_line
 from insitu_stores.icechunk_backend import IcechunkReadStore, icechunk_store
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from insitu.store.opener import redact_text, url_secrets
+from insitu.plugin_api import redact_text, url_secrets
 
 #: Option names whose values are secrets, for every backend this package drives.
 SECRET_OPTIONS = frozenset(

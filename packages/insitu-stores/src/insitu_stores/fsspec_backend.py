@@ -42,9 +42,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import FsspecStore
 
-from insitu.errors import ConfigError
-from insitu.store.opener import redact_url
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import ConfigError, RetryPolicy, redact_url
 from insitu_stores.cloud import GCLOUD_ADC, credentials_hint, env_secrets
 from insitu_stores.error_codes import code_hint, service_error_code, with_code
 from insitu_stores.errors import (

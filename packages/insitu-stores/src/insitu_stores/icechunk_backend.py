@@ -26,8 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
-from insitu.store.opener import redact_url
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import RetryPolicy, redact_url
 from insitu_stores.errors import (
     Redactor,
     StoreError,

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from insitu.store.opener import redact_url
+from insitu.plugin_api import redact_url
 
 #: Schemes naming the same service, folded to one spelling.
 SCHEME_ALIASES = {

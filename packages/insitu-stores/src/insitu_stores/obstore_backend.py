@@ -56,9 +56,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import ObjectStore
 
-from insitu.errors import ConfigError
-from insitu.store.opener import redact_url
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import ConfigError, RetryPolicy, redact_url
 from insitu_stores.cloud import (
     CloudSetup,
     allow_http_hint,

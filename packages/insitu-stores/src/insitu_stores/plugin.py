@@ -15,8 +15,7 @@ builder is imported when it is first called.
 
 from __future__ import annotations
 
-from insitu.plugins.hookspecs import RegisterStore, hookimpl
-from insitu.plugins.registry import LazyObject
+from insitu.plugin_api import LazyObject, RegisterStore, hookimpl
 from insitu_stores.schemes import ARRAYLAKE_SCHEMES, FSSPEC_SCHEMES, ICECHUNK_SCHEMES, OBSTORE_SCHEMES
 
 

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import RetryPolicy
 from insitu_stores.errors import StoreError, StoreTimeoutError
 
 T = TypeVar("T")

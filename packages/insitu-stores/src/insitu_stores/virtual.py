@@ -29,7 +29,7 @@ from typing import Any
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
-from insitu.store.retry import RetryPolicy
+from insitu.plugin_api import RetryPolicy
 from insitu_stores.cloud import CloudSetup
 from insitu_stores.errors import Redactor, StoreError
 from insitu_stores.fits import DEFAULT_CHUNK_BYTES, NotAnImageError, fits_group, optional_module

@@ -11,8 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from insitu.errors import ConfigError
-from insitu.sources import BatchedView, ShardableView, require_batched_view, require_shardable_view
+from insitu.plugin_api import (
+    BatchedView,
+    ConfigError,
+    ShardableView,
+    require_batched_view,
+    require_shardable_view,
+)
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import torch
 from torch.utils.data import IterableDataset
 
-from insitu.sources import BatchedView, require_shardable_view
+from insitu.plugin_api import BatchedView, require_shardable_view
 from insitu_torch._batch import TorchBatch
 from insitu_torch._device import device_stage_for, from_device_batch
 from insitu_torch._loader_checks import install_collate_refusal, refuse_pickling, refuse_worker_process

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_torch._batch import TorchBatch
 
 LOADER_FIX = "DataLoader(as_torch(view), batch_size=None, num_workers=0)"

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from insitu.errors import ConfigError
-from insitu.sources import BatchedView, ShardableView, require_batched_view, require_shardable_view
+from insitu.plugin_api import (
+    BatchedView,
+    ConfigError,
+    ShardableView,
+    require_batched_view,
+    require_shardable_view,
+)
 from insitu_torch._tensors import import_torch, to_torch
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insitu.plugins.hookspecs import RegisterAdapter, hookimpl
+from insitu.plugin_api import RegisterAdapter, hookimpl
 from insitu_torch.adapter import as_torch, to_torch
 
 

@@ -34,17 +34,17 @@ from typing import Any
 import numpy as np
 import zarr
 
-from insitu.arrays.cf import cf_transform_for
-from insitu.arrays.geometry import ArrayGeometry
-from insitu.arrays.transform_config import bind_to_array
-from insitu.arrays.transforms import (
+from insitu.plugin_api import (
+    ArrayGeometry,
+    ConfigError,
     DeclaresOutput,
+    bind_to_array,
+    cf_transform_for,
     chain_runner,
     describe,
     output_spec,
     transform_fingerprint,
 )
-from insitu.errors import ConfigError
 
 #: Two threads must keep this many cores busy for a transform to count as releasing the GIL.
 SCALING_THRESHOLD = 1.4
@@ -186,10 +186,10 @@ def _geometry(store_or_view: Any, label: str) -> tuple[ArrayGeometry, Any]:
         if label not in geoms:
             raise ConfigError(f"unknown label {label!r}; the dataset's labels are {sorted(geoms)}")
         return geoms[label].shift(-geoms[label].offset), dataset.store
-    import insitu
+    from insitu.plugin_api import open_geometries, open_store
 
-    store = insitu.open_store(store_or_view)
-    geoms = insitu.open_geometries(store, [label])
+    store = open_store(store_or_view)
+    geoms = open_geometries(store, [label])
     return geoms[label], store
 
 

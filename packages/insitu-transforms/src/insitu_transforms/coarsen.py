@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.arrays.geometry import ArrayGeometry, is_integer
-from insitu.errors import ConfigError
+from insitu.plugin_api import ArrayGeometry, ConfigError, is_integer
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,
@@ -157,43 +156,17 @@ class Coarsen:
     def __call__(self, name: str, block: np.ndarray) -> np.ndarray:
         """``block`` (sample axis first) with each coarsened axis reduced by its factor (``how``);
         blocks of arrays it does not apply to pass through."""
+        return self.reduce(np, name, block)
+
+    def reduce(self, xp: Any, name: str, block: Any) -> Any:
+        """What calling it gives, computed with the array module ``xp``: ``numpy`` on the host, ``cupy``
+        for a block on a GPU (the device stage of insitu-gpu calls this with its device arrays)."""
         if not self.applies_to(name):
             return block
-        plan = self._plan(name, block.shape[1:])
+        plan = self._plan(name, tuple(int(n) for n in block.shape[1:]))
         if not plan:
             return block
-        # Trim, then split each coarsened axis n into (n // f, f): the block of cells becomes an axis
-        # of its own, and one reduction over those axes does every block at once.
-        trim: list[slice] = [slice(None)] * block.ndim
-        shape: list[int] = []
-        reduce_axes: list[int] = []
-        for ax, n in enumerate(block.shape):
-            f = plan.get(ax - 1) if ax > 0 else None
-            if f is None:
-                shape.append(n)
-                continue
-            trim[ax] = slice(0, n - n % f)
-            shape += [n // f, f]
-            reduce_axes.append(len(shape) - 1)
-        cells = block[tuple(trim)].reshape(shape)
-        axes = tuple(reduce_axes)
-        out_dtype = self._out_dtype(block.dtype)
-        if self.how == "max":
-            # fmax ignores NaN unless every value is NaN: nanmax without its all-NaN warning.
-            reduced = np.fmax.reduce(cells, axis=axes) if block.dtype.kind in "fc" else cells.max(axis=axes)
-            return np.asarray(reduced, dtype=out_dtype)
-        if block.dtype.kind in "fc":
-            missing = np.isnan(cells)
-            if missing.any():
-                total = np.where(missing, 0, cells).sum(
-                    axis=axes, dtype=np.result_type(block.dtype, np.float64)
-                )
-                count = np.count_nonzero(~missing, axis=axes)
-                with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0: an all-NaN block is NaN
-                    return np.asarray(total / count, dtype=out_dtype)
-        return np.asarray(
-            cells.mean(axis=axes, dtype=np.result_type(block.dtype, np.float64)), dtype=out_dtype
-        )
+        return block_reduce(xp, block, plan, self.how, self._out_dtype(np.dtype(block.dtype)))
 
     def fingerprint(self) -> str:
         """``Coarsen(<factors>;<how>;<boundary>;<dims>;<labels>)``, stable across runs."""
@@ -203,4 +176,63 @@ class Coarsen:
         return f"Coarsen({factors};{self.how};{self.boundary};{dims};{labels})"
 
 
-__all__ = ["Coarsen"]
+def block_reduce(xp: Any, block: Any, plan: Mapping[int, int], how: str, out_dtype: np.dtype[Any]) -> Any:
+    """``block`` (sample axis first) with each axis of ``plan`` (``{axis after the sample axis:
+    factor}``) trimmed to a multiple of its factor and its blocks of cells reduced to one value.
+
+    ``how="mean"`` leaves NaN out (an all-NaN block is NaN) and sums in
+    float64; ``how="max"`` ignores NaN unless the whole block is NaN. The
+    result is cast to ``out_dtype``. Written against the array module ``xp``
+    (``numpy`` or ``cupy``) with no branch on the values: on a GPU each such
+    test would wait for the device, so host and device run this same code.
+    """
+    # Trim, then split each coarsened axis n into (n // f, f): the cells of a block get axes of their
+    # own, and one reduction over those axes does every block at once.
+    trim: list[slice] = [slice(None)] * block.ndim
+    shape: list[int] = []
+    reduce_axes: list[int] = []
+    for ax, n in enumerate(block.shape):
+        f = plan.get(ax - 1) if ax > 0 else None
+        if f is None:
+            shape.append(n)
+            continue
+        trim[ax] = slice(0, n - n % f)
+        shape += [n // f, f]
+        reduce_axes.append(len(shape) - 1)
+    cells = xp.reshape(block[tuple(trim)], tuple(shape))
+    axes = tuple(reduce_axes)
+    floating = np.dtype(block.dtype).kind in "fc"
+    if how == "max":
+        # fmax ignores NaN unless both operands are NaN: folding a block's cells with it is nanmax
+        # without its all-NaN warning, and needs neither a mask nor a look at the values. astype
+        # copies: with every factor 1 the fold is a view of the block, which the caller may reuse.
+        return _fold(xp.fmax if floating else xp.maximum, cells, axes).astype(out_dtype)
+    wide = np.result_type(np.dtype(block.dtype), np.float64)
+    if not floating:
+        return xp.asarray(xp.mean(cells, axis=axes, dtype=wide), dtype=out_dtype)
+    missing = xp.isnan(cells)
+    total = xp.sum(xp.where(missing, xp.asarray(0, dtype=cells.dtype), cells), axis=axes, dtype=wide)
+    # Counts are exact in any order, so they fold slice by slice (numpy's reduction over several
+    # short axes costs as much as the sum itself).
+    count = _fold(lambda a, b: xp.add(a, b, dtype=np.int64), ~missing, axes)
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0: an all-NaN block is NaN
+        return xp.asarray(total / count, dtype=out_dtype)
+
+
+def _fold(binary: Any, cells: Any, axes: tuple[int, ...]) -> Any:
+    """``cells`` reduced over ``axes`` by applying the elementwise ``binary`` to one slice after another:
+    a pass over the data, where a reduction over several short, strided axes is many small loops."""
+    out = cells
+    for removed, axis in enumerate(sorted(axes)):
+        at = axis - removed  # each reduction removes an axis before the next
+        index: list[Any] = [slice(None)] * out.ndim
+        index[at] = 0
+        acc = out[tuple(index)]
+        for j in range(1, out.shape[at]):
+            index[at] = j
+            acc = binary(acc, out[tuple(index)])
+        out = acc
+    return out
+
+
+__all__ = ["Coarsen", "block_reduce"]

@@ -7,7 +7,7 @@ import importlib
 import json
 from typing import Any
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 
 
 class CheckTransformCommand:
@@ -24,7 +24,7 @@ class CheckTransformCommand:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add TRANSFORM, URL_OR_PATH (with ``--storage-options``) and LABEL, and the ``--path``,
         ``--repeats``, ``--no-threads`` and ``--json`` options."""
-        from insitu.cli.common import add_store_arguments
+        from insitu.plugin_api import add_store_arguments
 
         parser.add_argument("transform", metavar="TRANSFORM", help="a JSON configuration or module:attribute")
         add_store_arguments(parser)
@@ -36,7 +36,7 @@ class CheckTransformCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Check the transform and print the report; exit status 1 when it finds a problem."""
-        from insitu.cli.common import open_store_from_args
+        from insitu.plugin_api import open_store_from_args
         from insitu_transforms.checker import check_transform
 
         transform = load_transform(args.transform)
@@ -54,7 +54,7 @@ class CheckTransformCommand:
 
 def load_transform(spec: str) -> Any:
     """A transform from a JSON configuration or a ``module:attribute`` import path."""
-    from insitu.arrays.transform_config import transform_from_config
+    from insitu.plugin_api import transform_from_config
 
     text = spec.strip()
     if text.startswith("{"):

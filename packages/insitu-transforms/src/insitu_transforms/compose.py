@@ -12,11 +12,16 @@ from typing import Any, overload
 
 import numpy as np
 
-from insitu.arrays.geometry import ArrayGeometry
-from insitu.arrays.transform_config import bind_to_array
-from insitu.arrays.transforms import SlabSpec, describe, transform_fingerprint, transform_output
-from insitu.batch import Batch
-from insitu.errors import ConfigError
+from insitu.plugin_api import (
+    ArrayGeometry,
+    Batch,
+    ConfigError,
+    SlabSpec,
+    bind_to_array,
+    describe,
+    transform_fingerprint,
+    transform_output,
+)
 
 
 def _members(transforms: Iterable[Any], what: str) -> tuple[Any, ...]:

@@ -18,10 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.arrays.geometry import ArrayGeometry, is_integer
-from insitu.arrays.selection import by_value, is_periodic_longitude
-from insitu.batch import Batch
-from insitu.errors import ConfigError
+from insitu.plugin_api import ArrayGeometry, Batch, ConfigError, by_value, is_integer, is_periodic_longitude
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,

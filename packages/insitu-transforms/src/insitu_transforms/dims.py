@@ -34,8 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from insitu.arrays.geometry import ArrayGeometry, is_integer
-from insitu.errors import ConfigError
+from insitu.plugin_api import ArrayGeometry, ConfigError, is_integer
 
 DimNames = tuple[str | None, ...]
 #: What ``dims=`` accepts (see the module docstring).

@@ -9,8 +9,7 @@ configurations resolve it to the class itself (``insitu_target``).
 
 from __future__ import annotations
 
-from insitu.plugins.hookspecs import RegisterCommand, RegisterTransform, hookimpl
-from insitu.plugins.registry import LazyObject
+from insitu.plugin_api import LazyObject, RegisterCommand, RegisterTransform, hookimpl
 
 #: Registered name -> module defining it (the class has the same name).
 TRANSFORMS: dict[str, str] = {

@@ -17,10 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.batch import Batch
-from insitu.errors import ConfigError
-from insitu.plan.splits import SplitManifest
-from insitu.progress import Progress, track
+from insitu.plugin_api import Batch, ConfigError, Progress, SplitManifest, track
 from insitu_transforms.dims import (
     DimKey,
     DimsSource,
@@ -171,8 +168,7 @@ class StandardScaler:
         ``progress=True`` shows a bar (or lines) on stderr during the pass; a
         callable receives ``(batches_done, total)``.
         """
-        from insitu.dataset import InSituDataset
-        from insitu.views import DatasetView
+        from insitu.plugin_api import DatasetView, InSituDataset
 
         dataset: Any = None
         batches: Iterable[Mapping[str, np.ndarray]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insitu.plugins.hookspecs import RegisterTransform, hookimpl
+from insitu.plugin_api import RegisterTransform, hookimpl
 
 
 @hookimpl

@@ -387,7 +387,7 @@ class ArrayGeometry:
     @cached_property
     def sample_nbytes(self) -> int:
         """Bytes of one decoded sample."""
-        return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+        return bytes_per_sample(self.sample_shape, self.dtype)
 
     @cached_property
     def slab_nbytes(self) -> int:
@@ -415,6 +415,11 @@ class ArrayGeometry:
             else [None if s is None else s.describe() for s in self.selection],
             "metadata": _jsonable(self.metadata),
         }
+
+
+def bytes_per_sample(sample_shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """Bytes of one sample of ``sample_shape`` and ``dtype`` (geometries and slab specs ask here)."""
+    return math.prod(sample_shape) * dtype.itemsize
 
 
 def is_integer(value: Any) -> bool:

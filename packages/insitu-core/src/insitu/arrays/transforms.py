@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import math
 import pickle
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.geometry import ArrayGeometry, bytes_per_sample
 from insitu.errors import ConfigError
 
 ChunkTransform = Callable[[str, np.ndarray], np.ndarray]
@@ -85,7 +84,7 @@ class SlabSpec:
     def sample_nbytes(self) -> int:
         """Bytes of one sample."""
         # Cached: read on every slab load, and np.prod costs microseconds (seconds at 5,000 arrays).
-        return math.prod(self.sample_shape) * self.dtype.itemsize
+        return bytes_per_sample(self.sample_shape, self.dtype)
 
     @property
     def nbytes(self) -> int:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     # (and `insitu --help` printed) without them.
     import zarr
 
+    from insitu.arrays.transforms import SlabSpec
+
 #: Chunks read per array to estimate its compression ratio.
 SAMPLED_CHUNKS = 3
 #: block_chunks values whose memory the report lists.
@@ -77,6 +79,7 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
     import zarr
 
     import insitu
+    from insitu.plan.memory_model import arena_bytes
 
     members = _group_members(store, path)
     groups = [path or "/"] + [
@@ -100,7 +103,8 @@ def inspect_store(store: Any, *, path: str = "", sample_dim: str | None = None) 
     }
     moving = [g for g in geoms.values() if not g.static]
     # A block never holds more chunks than the array has along the sample dimension.
-    pool = {str(k): sum(_decoded_slab_nbytes(g) * min(k, g.n_slabs) for g in moving) for k in BLOCK_CHUNKS}
+    specs = [(_decoded_spec(g), g.n_slabs) for g in moving]
+    pool = {str(k): sum(arena_bytes(spec, min(k, n)) for spec, n in specs) for k in BLOCK_CHUNKS}
     coords = {
         dim: {"size": int(v.size), "first": _show(v[0]), "last": _show(v[-1]), "dtype": str(v.dtype)}
         for dim, v in geoms.coords.items()
@@ -239,13 +243,13 @@ def _compression_ratio(arr: zarr.Array) -> float | None:
     return round(decoded / stored, 2) if stored else None
 
 
-def _decoded_slab_nbytes(geom: Any) -> int:
-    """Bytes of one pooled slab of ``geom`` as the dataset holds it by default (CF-decoded)."""
+def _decoded_spec(geom: Any) -> SlabSpec:
+    """One pooled slab of ``geom`` as the dataset holds it by default (CF-decoded)."""
     from insitu.arrays.cf import cf_transform_for
     from insitu.arrays.transforms import output_spec
 
     decode = cf_transform_for(geom.metadata, name=geom.name)
-    return int(output_spec(geom, [decode] if decode is not None else []).nbytes)
+    return output_spec(geom, [decode] if decode is not None else [])
 
 
 def _chunk_counts(a: Mapping[str, Any]) -> str:

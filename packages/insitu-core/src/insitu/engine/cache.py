@@ -45,6 +45,7 @@ from insitu.engine.diskspace import disk_full, is_no_space, reserve, write_all
 from insitu.engine.pool import READY, ChunkPool
 from insitu.errors import CacheDiskFullError, CacheInUseError, ConfigError, StaleCacheError
 from insitu.options import CacheOptions
+from insitu.plan.memory_model import arena_bytes
 from insitu.store.capabilities import store_identity
 
 FORMAT = "insitu.cache/3"
@@ -121,7 +122,7 @@ class PersistentCache:
             # block must find the directory free) or this run's scratch arenas.
             self._abandon()
             if isinstance(exc, OSError) and is_no_space(exc) and not isinstance(exc, CacheDiskFullError):
-                needed = sum(_arena_nbytes(g, specs[p], slots[p]) for p, g in arrays.items())
+                needed = sum(arena_bytes(specs[p], slots[p]) for p in arrays)
                 raise disk_full(self.dir, "opening the cache (lock and arena files)", needed, exc) from exc
             raise
 
@@ -238,7 +239,7 @@ class PersistentCache:
 
     def _map(self, path: Path, g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> np.ndarray:
         shape = (n_slots * g.chunk_len, *spec.sample_shape)
-        nbytes = _arena_nbytes(g, spec, n_slots)
+        nbytes = arena_bytes(spec, n_slots)
         fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
         with os.fdopen(fd, "r+b") as f:
             st = os.fstat(fd)
@@ -374,10 +375,6 @@ def _cache_directory(given: Path) -> Path:
             f"cache_dir {given} is not a directory" + (f" ({resolved})" if resolved != given else "")
         )
     return resolved
-
-
-def _arena_nbytes(g: ArrayGeometry, spec: SlabSpec, n_slots: int) -> int:
-    return n_slots * g.chunk_len * int(np.prod(spec.sample_shape, dtype=np.int64)) * spec.dtype.itemsize
 
 
 def _open_nofollow(path: Path, flags: int) -> int:

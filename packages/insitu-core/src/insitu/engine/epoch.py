@@ -9,7 +9,7 @@ Two coroutines on the engine loop cooperate:
   remote store it goes further while the reads queued and in flight are fewer
   than twice the concurrency controller's limit (the controller only raises
   the limit while reads wait for slots, so demand must exceed it), up to
-  :data:`READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
+  :data:`~insitu.plan.memory_model.READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
   sample per chunk and 100 ms per GET, two blocks of 16 chunks would leave
   a limit of 256 with nothing to send;
 * the *emitter* waits until the blocks a batch touches are ready, has the
@@ -18,6 +18,7 @@ Two coroutines on the engine loop cooperate:
 
 A block's pins are released once its last batch is gathered; a slab the epoch
 needs again later stays cached with that next use as its eviction priority.
+What a block holds in between is one :class:`~insitu.engine.blocks.LiveBlock`.
 
 A failure of either coroutine ends the pass and is handed to the consumer.
 With ``on_bad_chunk="skip"`` the samples of bad chunks leave their batch: a
@@ -40,18 +41,15 @@ import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.batch import Batch
+from insitu.engine.blocks import LiveBlock, StreamedSlabs, find_slabs
 from insitu.engine.gather import BatchRows, Gatherer
 from insitu.engine.loader import Engine
-from insitu.engine.pool import FAILED, READY, BlockWaiter, Slab
+from insitu.engine.pool import Slab
 from insitu.engine.scatter import Destinations
-from insitu.plan.reads import EpochPlan
+from insitu.plan.memory_model import exceeds_readahead_cap, sample_bytes
+from insitu.plan.reads import BlockNeeds, EpochPlan
 
 END = object()
-
-#: The most bytes of batch rows a remote pass reads ahead of the batch being delivered when the
-#: concurrency controller wants more reads than ``readahead_blocks`` supply (the memory bound
-#: of the read-ahead beyond ``readahead_blocks``; local files never read further).
-READAHEAD_CAP_BYTES = 256 << 20
 logger = logging.getLogger("insitu.epoch")
 
 
@@ -89,11 +87,10 @@ class EpochRun:
         n = plan.order.n_blocks
         # Only the blocks between the emitter and the producer's read-ahead are live: per-block
         # state is kept for those, so an epoch of a million blocks costs nothing up front.
-        self._pinned: dict[int, dict[str, list[Slab | None]]] = {}
-        self._block_waiter: dict[int, BlockWaiter | None] = {}
-        # Per live block and array: the slabs streamed for it (sorted ids, their entries).
-        self._streams: dict[int, dict[str, tuple[np.ndarray, list[Slab]]]] = {}
-        self._buffers: dict[int, dict[str, np.ndarray]] = {}  # batch index -> arrays being filled
+        self._live: dict[int, LiveBlock] = {}
+        # Per batch (a batch may span blocks, a block feed several batches): the arrays streamed
+        # rows are being copied into, taken by the first block that streams into the batch.
+        self._batch_buffers: dict[int, dict[str, np.ndarray]] = {}
         self._labels: dict[str, list[ArrayGeometry]] = {}
         for g in gatherer.labels:
             self._labels.setdefault(g.path, []).append(g)
@@ -108,9 +105,7 @@ class EpochRun:
         self._produced = self._first_block
         self._advanced: asyncio.Future[None] | None = None
         # Bytes of one sample over every label: what a block of read-ahead holds in batch rows.
-        self._sample_bytes = sum(
-            int(np.prod(spec.sample_shape)) * spec.dtype.itemsize for spec in gatherer.specs.values()
-        )
+        self._sample_bytes = sample_bytes(gatherer.specs.values())
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
@@ -149,7 +144,7 @@ class EpochRun:
             for task in (producer, emitter):
                 task.cancel()
             await asyncio.gather(producer, emitter, return_exceptions=True)
-            for b in list(self._pinned):
+            for b in list(self._live):
                 self._release_block(b)
 
     async def _produce(self) -> None:
@@ -168,13 +163,12 @@ class EpochRun:
             while not self._may_produce(b):
                 self._advanced = loop.create_future()
                 await self._advanced
-            self._produce_block(b)
+            block = self._produce_block(b)
             self._produced = b + 1
             if self._produced_event is not None and not self._produced_event.done():
                 self._produced_event.set_result(None)
-            waiter = self._block_waiter.get(b)
-            if waiter is not None and b <= first_wave:
-                wave.append(waiter.future)
+            if block.waiter is not None and b <= first_wave:
+                wave.append(block.waiter.future)
             if b == first_wave and wave:
                 with contextlib.suppress(Exception):  # a failure reaches the consumer via the emitter
                     await asyncio.shield(asyncio.gather(*wave, return_exceptions=True))
@@ -197,63 +191,49 @@ class EpochRun:
         if not engine.adapts_inflight:
             return False
         starts = self.plan.order.block_starts
-        ahead = int(starts[b + 1] - starts[self._emitting]) * self._sample_bytes
-        if ahead > READAHEAD_CAP_BYTES:
+        if exceeds_readahead_cap(int(starts[b + 1] - starts[self._emitting]), self._sample_bytes):
             return False
         return engine.fetches.outstanding < 2 * engine.concurrency.controller.limit
 
-    def _produce_block(self, b: int) -> None:
+    def _produce_block(self, b: int) -> LiveBlock:
         """Pin (or start loading) every slab block ``b`` needs. A slab goes to the pool when this
         pass needs it again later (it is then decoded once) or a slot is free (it is then cached
         for later passes); any other is streamed into the block's batch rows."""
-        engine = self.engine
-        pinned: dict[str, list[Slab | None]] = {}
-        self._pinned[b] = pinned
-        streams: dict[str, tuple[np.ndarray, list[Slab]]] = {}
+        # Live before the first pin: a failure part-way still releases what was pinned.
+        block = self._live[b] = LiveBlock(b)
         for path, need in self.plan.block_needs(b).items():
-            apool = engine.pool.arrays[path]
-            slabs = need.slabs.tolist()
-            # In the order of need.slabs, so that releasing pairs each with its next use.
-            held: list[Slab | None] = [None] * len(slabs)
-            pinned[path] = held
-            missing = []
-            # Pin what is resident (or loading) first, so reserving slots cannot evict it.
-            for i, s in enumerate(slabs):
-                e = apool.get(s)
-                if e is None:
-                    missing.append(i)
-                else:
-                    apool.pin(e)
-                    held[i] = e
-            engine.stats.slab_hits += len(slabs) - len(missing)
-            if not missing:
-                continue
-            nexts = need.next_use.tolist() if self.plan.arrays[path].next_use is not None else None
-            fresh: list[Slab] = []
-            streamed: list[int] = []
-            for i in missing:
-                s = slabs[i]
-                # Needed again later in this pass: worth evicting for; else only a free slot.
-                e = apool.reserve(s, evict=nexts is not None and nexts[i] >= 0)
-                if e is None:
-                    streamed.append(s)
-                    continue
-                apool.pin(e)
-                fresh.append(e)
-                held[i] = e
-            if fresh:
-                engine.load(path, fresh, priority=b)
-            if streamed:
-                ids = np.asarray(sorted(streamed), dtype=np.int64)
-                dests = self._destinations(b, path, ids)
-                entries = [Slab.streamed(s, d) for s, d in zip(ids.tolist(), dests, strict=True)]
-                streams[path] = (ids, entries)
-                engine.load(path, entries, priority=b)
-        self._streams[b] = streams
-        waiting = [e for es in pinned.values() for e in es if e is not None]
-        waiting += [e for _, es in streams.values() for e in es]
-        waiter = self._waiter_for(waiting, asyncio.get_running_loop())
-        self._block_waiter[b] = waiter
+            self._take_array(block, path, need)
+        self._watch(block)
+        return block
+
+    def _take_array(self, block: LiveBlock, path: str, need: BlockNeeds) -> None:
+        """Take the slabs of array ``path`` the block needs: pin the resident ones, load the others into
+        slots reserved for them, stream those the pool has no slot for."""
+        apool = self.engine.pool.arrays[path]
+        slabs = need.slabs.tolist()
+        missing = block.pin_resident(path, apool, slabs)
+        self.engine.stats.slab_hits += len(slabs) - len(missing)
+        if not missing:
+            return
+        nexts = need.next_use.tolist() if self.plan.arrays[path].next_use is not None else None
+        fresh, streamed = block.reserve_missing(path, apool, slabs, missing, nexts)
+        if fresh:
+            self.engine.load(path, fresh, priority=block.index)
+        if streamed:
+            self._stream(block, path, streamed)
+
+    def _stream(self, block: LiveBlock, path: str, slabs: list[int]) -> None:
+        """Start loading ``slabs`` of array ``path`` straight into the block's batch rows."""
+        b = block.index
+        ids = np.asarray(sorted(slabs), dtype=np.int64)
+        dests = self._destinations(b, path, ids)
+        entries = [Slab.streamed(s, d) for s, d in zip(ids.tolist(), dests, strict=True)]
+        block.streams[path] = StreamedSlabs(ids, entries)
+        self.engine.load(path, entries, priority=b)
+
+    def _watch(self, block: LiveBlock) -> None:
+        """Give the block its waiter, for the emitter to await."""
+        waiter = block.watch(asyncio.get_running_loop())
         if waiter is not None and self.engine.adapts_inflight:
             # Its reads are done: the producer may have room to read further ahead.
             waiter.future.add_done_callback(self._wake_producer)
@@ -269,8 +249,8 @@ class EpochRun:
         for g in self._labels[path]:
             src = anchors + g.offset
             slab = src // g.chunk_len
-            at = np.minimum(np.searchsorted(ids, slab), len(ids) - 1)
-            hit = np.flatnonzero(ids[at] == slab)
+            at, found = find_slabs(ids, slab)
+            hit = np.flatnonzero(found)
             for p, i, r in zip(
                 (hit + lo).tolist(), at[hit].tolist(), (src - slab * g.chunk_len)[hit].tolist(), strict=True
             ):
@@ -280,25 +260,11 @@ class EpochRun:
 
     def _buffers_of(self, k: int) -> dict[str, np.ndarray]:
         """The arrays batch ``k`` is assembled in (taken on first use)."""
-        found = self._buffers.get(k)
+        found = self._batch_buffers.get(k)
         if found is None:
             lo, hi = self.plan.batch_bounds(k)
-            found = self._buffers[k] = self.gatherer.empty_batch(hi - lo)
+            found = self._batch_buffers[k] = self.gatherer.empty_batch(hi - lo)
         return found
-
-    @staticmethod
-    def _waiter_for(entries: list[Slab], loop: asyncio.AbstractEventLoop) -> BlockWaiter | None:
-        """One waiter for every slab of the block that is not ready yet (None: all ready)."""
-        loading = [e for e in entries if e.state != READY]
-        if not loading:
-            return None
-        waiter = BlockWaiter(loop.create_future(), len(loading))
-        for e in loading:
-            if e.state == FAILED:
-                waiter.slab_done(e)
-            else:
-                e.waiters.append(waiter)
-        return waiter
 
     async def _emit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -316,14 +282,15 @@ class EpochRun:
                 while self._produced <= ready_upto:
                     self._produced_event = loop.create_future()
                     await self._produced_event
-                waiter = self._block_waiter.pop(ready_upto, None)
+                block = self._live.get(ready_upto)
+                waiter = block.take_waiter() if block is not None else None
                 if waiter is not None:
                     await waiter.future
                 ready_upto += 1
             where = self._rows(lo, hi)
             if not self._warned and self.engine.stats.bad_chunks > self._bad_before:
                 self._warn_bad(k)
-            buffers = self._buffers.pop(k, None)
+            buffers = self._batch_buffers.pop(k, None)
             if where.skipped and (where.skipped == hi - lo or self.drop_short):
                 self.engine.stats.dropped_batches += 1  # nothing (or too little) left to deliver
                 self.credits.release()
@@ -384,19 +351,17 @@ class EpochRun:
         bad: dict[str, np.ndarray] = {}
         bs = plan.order.block_starts
         for b in range(plan.block_of(lo), plan.block_of(hi - 1) + 1):
-            streams = self._streams.get(b)
-            if not streams:
+            block = self._live.get(b)
+            if block is None or not block.streams:
                 continue
             p0, p1 = max(lo, int(bs[b])), min(hi, int(bs[b + 1]))
-            for path, (ids, entries) in streams.items():
+            for path, stream in block.streams.items():
+                flags = stream.bad_flags()  # final: the block's loads are done
                 for g in self._labels[path]:
-                    slab = (anchors[p0 - lo : p1 - lo] + g.offset) // g.chunk_len
-                    at = np.minimum(np.searchsorted(ids, slab), len(ids) - 1)
-                    hit = ids[at] == slab
+                    at, hit = stream.locate((anchors[p0 - lo : p1 - lo] + g.offset) // g.chunk_len)
                     mask = streamed.setdefault(g.label, np.zeros(hi - lo, dtype=bool))
                     mask[p0 - lo : p1 - lo] |= hit
-                    if any(e.bad for e in entries):
-                        flags = np.array([e.bad for e in entries])
+                    if flags is not None:
                         marks = bad.setdefault(g.label, np.zeros(hi - lo, dtype=bool))
                         marks[p0 - lo : p1 - lo] |= hit & flags[at]
         where = self.gatherer.rows(
@@ -406,21 +371,6 @@ class EpochRun:
         return where
 
     def _release_block(self, b: int) -> None:
-        self._streams.pop(b, None)
-        pinned = self._pinned.pop(b, None)
-        if pinned is None:
-            return
-        pools = self.engine.pool.arrays
-        for path, entries in pinned.items():
-            needs = self.plan.arrays[path]
-            apool = pools[path]
-            if needs.next_use is None:  # no slab of this epoch is needed by two blocks
-                for e in entries:
-                    if e is not None:
-                        apool.unpin(e, None)
-                continue
-            lo = int(needs.starts[b])
-            nexts = needs.next_use[lo : lo + len(entries)].tolist()
-            for e, nu in zip(entries, nexts, strict=True):
-                if e is not None:  # None: the producer was cancelled before pinning it
-                    apool.unpin(e, nu if nu >= 0 else None)
+        block = self._live.pop(b, None)
+        if block is not None:
+            block.release(self.engine.pool.arrays, self.plan.arrays)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from insitu.arrays.layout import ArrayReader, Read
+from insitu.engine.pages import populate_for_write
 from insitu.engine.scatter import ScratchBuffers
-from insitu.plan.memory import populate_for_write
 from insitu.store.fetch import ChunkFetcher
 
 

@@ -19,7 +19,7 @@ arena (the first batch). It mostly gets a core the decode threads leave idle
 (a store's round trips, a consumer busy with its model), so those slots are
 committed by the time they are written; while the decoders keep every core
 busy it gets next to none, and they commit their own pages as before
-(:func:`insitu.plan.memory.populate_for_write`). It holds its pools weakly
+(:func:`insitu.engine.pages.populate_for_write`). It holds its pools weakly
 and stops when they are collected, when :meth:`ArenaPrefaulter.stop` is
 called (``close()``) or when every arena is committed.
 """
@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from insitu.plan.memory import can_populate, populate_for_write
+from insitu.engine.pages import can_populate, populate_for_write
 
 #: Bytes committed per step (one madvise call), between checks for a stop.
 STEP_BYTES = 1 << 20

@@ -1,2 +1,2 @@
 """Which samples, in what order, and what each block needs: splits, epoch order, the read
-plan and the memory budget."""
+plan, the memory model and the budget."""

@@ -1,5 +1,8 @@
 """How big the decoded-chunk cache is: the ``"auto"`` budget, and its split across arrays.
 
+What caching each array takes and how many slots a budget admits are answered by the memory
+model (:mod:`insitu.plan.memory_model`); this module chooses the budget.
+
 The pool is a cache for later passes, nothing more: a pass never waits for
 pool slots, since a slab the pool cannot take is streamed into its batches
 (:mod:`insitu.engine.scatter`). So the budget trades memory for the speed of every
@@ -27,6 +30,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
 from insitu.errors import ConfigError
 from insitu.plan.limits import address_space_left
+from insitu.plan.memory_model import dataset_bytes, slots_per_array
 from insitu.plan.splits import SplitManifest
 
 logger = logging.getLogger("insitu")
@@ -63,29 +67,6 @@ def available_memory() -> int | None:
     return min(found) if found else None
 
 
-def dataset_bytes(
-    arrays: Mapping[str, ArrayGeometry],
-    specs: Mapping[str, SlabSpec],
-    labels: Sequence[ArrayGeometry],
-    manifest: SplitManifest,
-    world_size: int = 1,
-) -> dict[str, int]:
-    """Per array, the pooled bytes of every slab the manifest's samples read (at the labels'
-    offsets), divided among ``world_size`` ranks: what caching the whole dataset takes."""
-    lo, hi = manifest.sample_range_of(None)
-    by_path: dict[str, list[int]] = {}  # one pass over the labels: 5,000 arrays must not cost 5,000**2
-    for lab in labels:
-        by_path.setdefault(lab.path, []).append(lab.offset)
-    out = {}
-    for path, g in arrays.items():
-        offsets = by_path.get(path) or [0]
-        first = max(0, lo + min(offsets))
-        last = min(g.n_samples, hi + max(offsets))
-        slabs = max(0, -(-last // g.chunk_len) - first // g.chunk_len)
-        out[path] = -(-slabs // world_size) * specs[path].nbytes
-    return out
-
-
 def auto_budget(need: Mapping[str, int], static_bytes: int = 0) -> int:
     """The ``"auto"`` budget for a dataset needing ``need`` bytes per array (static fields aside):
     a quarter of the memory available, or of the address space left under ``ulimit -v`` when less."""
@@ -104,33 +85,6 @@ def auto_budget(need: Mapping[str, int], static_bytes: int = 0) -> int:
             budget >> 20,
         )
     return budget
-
-
-def slots_per_array(
-    arrays: Mapping[str, ArrayGeometry],
-    specs: Mapping[str, SlabSpec],
-    budget: int,
-    need: Mapping[str, int],
-) -> dict[str, int]:
-    """Split the byte budget across arrays in proportion to what caching each whole takes, so
-    each gets the same share of its slabs; an array never gets more slots than it has slabs.
-    An array whose share is smaller than one slab gets none: all of it is streamed."""
-    total = sum(need.values())
-    slots = {}
-    for path, g in arrays.items():
-        slot_bytes = max(1, specs[path].nbytes)
-        share = budget if total == 0 else budget * need[path] / total
-        slots[path] = int(
-            min(g.n_slabs, need[path] // slot_bytes if total else g.n_slabs, share // slot_bytes)
-        )
-        if slots[path] == 0 and budget > 0:
-            logger.info(
-                "cache_budget_bytes=%d holds no slab of array %r (%d bytes each): every pass streams it",
-                budget,
-                path,
-                slot_bytes,
-            )
-    return slots
 
 
 @dataclass(frozen=True)
@@ -173,7 +127,5 @@ __all__ = [
     "MemoryPlan",
     "auto_budget",
     "available_memory",
-    "dataset_bytes",
     "plan_memory",
-    "slots_per_array",
 ]

@@ -8,12 +8,13 @@ store was opened and the first reads were made; here it is a
 :class:`~insitu.errors.ConfigError` at construction naming the label, the
 bytes and the limit. Sizes that merely exceed the memory *free* right now
 are not refused (the page cache gives way; the ``next()`` path stays the
-backstop for what really runs out).
+backstop for what really runs out). What a pass holds is the memory model's
+answer (:func:`~insitu.plan.memory_model.pass_footprint`); this module knows
+the limits and words the refusals.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions
+from insitu.plan.memory_model import pass_footprint
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,6 @@ def mapping_limits(*, memory: bool = True) -> list[Limit]:
     return [lim for lim in found if lim is not None]
 
 
-def _sample_bytes(spec: SlabSpec) -> int:
-    return math.prod(spec.sample_shape) * spec.dtype.itemsize
-
-
 def check_fits(
     arrays: Mapping[str, ArrayGeometry],
     specs: Mapping[str, SlabSpec],
@@ -127,9 +125,8 @@ def check_fits(
     address = mapping_limits(memory=False)
     if not anonymous:
         return
-    rows = min(options.batch_size, n_samples)
-    per_label = {g.label: _sample_bytes(specs[g.path]) * rows for g in labels}
-    for label, nbytes in per_label.items():
+    held = pass_footprint(arrays, specs, labels, slots, options, n_samples=n_samples)
+    for label, nbytes in held.batch_bytes.items():
         _refuse_over(
             nbytes,
             anonymous,
@@ -141,33 +138,22 @@ def check_fits(
             spec.nbytes,
             anonymous,
             f"array {path!r} decodes {spec.nbytes:,} bytes per chunk along the sample axis "
-            f"({arrays[path].chunk_len:,} samples of {_sample_bytes(spec):,} bytes)",
+            f"({arrays[path].chunk_len:,} samples of {spec.sample_nbytes:,} bytes)",
             "rechunk the array or select a region of it (sel=/isel=)",
         )
-    arenas = sum(slots[path] * specs[path].nbytes for path in specs)
-    batch = sum(per_label.values())
-    batches = min(1 + options.prefetch, -(-n_samples // max(1, rows)))
-    in_flight = batch * batches
-    ahead = 0
-    for g in labels:
-        if slots[g.path] < arrays[g.path].n_slabs:  # streamed rows land in batch buffers
-            ahead_rows = min(n_samples, options.readahead_blocks * options.block_chunks * g.chunk_len)
-            ahead += ahead_rows * _sample_bytes(specs[g.path])
-    largest_slab = max((spec.nbytes for spec in specs.values()), default=0)
-    batches_and_ahead = in_flight + ahead + largest_slab
     what = (
-        f"a pass needs at least {arenas + batches_and_ahead:,} bytes at once: the pool's "
-        f"{arenas:,} bytes, {batches} batch(es) of {batch:,} bytes (batch_size="
-        f"{options.batch_size}, prefetch={options.prefetch}), {ahead:,} bytes of read-ahead rows "
+        f"a pass needs at least {held.total:,} bytes at once: the pool's "
+        f"{held.arenas:,} bytes, {held.batches} batch(es) of {held.batch:,} bytes (batch_size="
+        f"{options.batch_size}, prefetch={options.prefetch}), {held.readahead:,} bytes of read-ahead rows "
         f"(readahead_blocks={options.readahead_blocks}, block_chunks={options.block_chunks}) "
-        f"and one decoded chunk of {largest_slab:,} bytes"
+        f"and one decoded chunk of {held.largest_slab:,} bytes"
     )
     hint = "lower cache_budget_bytes, batch_size, prefetch or readahead_blocks, or raise the limit"
     if pool_in_memory:
-        _refuse_over(arenas + batches_and_ahead, anonymous, what, hint)
+        _refuse_over(held.total, anonymous, what, hint)
     else:  # arenas are files in cache_dir: mapped, but not held in memory
-        _refuse_over(batches_and_ahead, anonymous, what, hint)
-        _refuse_over(arenas + batches_and_ahead, address, what, hint)
+        _refuse_over(held.besides_pool, anonymous, what, hint)
+        _refuse_over(held.total, address, what, hint)
 
 
 def _refuse_over(nbytes: int, limits: Sequence[Limit], what: str, hint: str) -> None:

@@ -10,10 +10,10 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
-from insitu.plan.memory import without_hugepage_hint
 from insitu.plan.order import order_with_runs
 from insitu.plan.reads import EpochPlan, plan_epoch
 from insitu.plan.splits import SplitManifest
+from insitu.plan.temporaries import without_hugepage_hint
 
 # EpochPlan and Segment are what EpochPlans.get returns and takes: listed so that a caller
 # forwarding it (the dataset's plan()) names them from here.

@@ -29,7 +29,7 @@ import numpy as np
 from insitu.arrays.geometry import ArrayGeometry, is_integer
 from insitu.errors import ConfigError
 from insitu.options import flag, seed_value
-from insitu.plan.memory import large_temporaries
+from insitu.plan.temporaries import large_temporaries
 
 DEFAULT_NAMES = ("train", "val", "test")
 #: Stands for the chunk lists in the JSON text the digest streams (:meth:`SplitManifest.digest`).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 
 #: Degrees by which a target may stray outside a source's extent and still count as inside:
 #: coordinates written as float32 or rounded in text files miss by about this much.

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp  # type: ignore[import-untyped]  # scipy ships no type information
 from scipy.spatial import cKDTree  # type: ignore[import-untyped]  # scipy ships no type information
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_transforms.regrid.axes import wrap180
 from insitu_transforms.regrid.grids import Grid
 from insitu_transforms.regrid.sphere import chord_to_degrees, unit_vectors

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_transforms.regrid.axes import lat_outside, lon_outside
 from insitu_transforms.regrid.grids import Grid
 

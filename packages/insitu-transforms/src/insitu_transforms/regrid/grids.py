@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_transforms.regrid.axes import LatAxis, LonAxis, lat_axis, lon_axis
 from insitu_transforms.regrid.sphere import unit_vectors
 
 if TYPE_CHECKING:
-    from insitu.arrays.geometry import ArrayGeometry
+    from insitu.plugin_api import ArrayGeometry
 
 #: Dimension names recognised as latitude and longitude, in order of preference.
 LAT_NAMES = ("latitude", "lat")

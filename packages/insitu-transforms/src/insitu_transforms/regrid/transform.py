@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import scipy.sparse as sp  # type: ignore[import-untyped]  # scipy ships no type information
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_transforms.regrid import cache, weights
 from insitu_transforms.regrid.apply import PreparedWeights
 from insitu_transforms.regrid.grids import Grid, find_lat_lon_dims
 
 if TYPE_CHECKING:
-    from insitu.arrays.geometry import ArrayGeometry
+    from insitu.plugin_api import ArrayGeometry
 
 Method = Literal["bilinear", "conservative", "nearest"]
 CacheDir = str | os.PathLike[str] | None | Literal[False]

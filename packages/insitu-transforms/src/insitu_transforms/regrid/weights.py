@@ -6,7 +6,7 @@ import hashlib
 
 import scipy.sparse as sp  # type: ignore[import-untyped]  # scipy ships no type information
 
-from insitu.errors import ConfigError
+from insitu.plugin_api import ConfigError
 from insitu_transforms.regrid.bilinear import bilinear_weights
 from insitu_transforms.regrid.conservative import conservative_weights
 from insitu_transforms.regrid.curvilinear import curvilinear_bilinear_weights
