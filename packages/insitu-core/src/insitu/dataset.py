@@ -41,7 +41,7 @@ from insitu.options import (
 from insitu.plan.plans import EpochPlan, Segment, dataset_plans
 from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
-from insitu.stats import PassReport, Stats
+from insitu.stats import CacheChecks, PassReport, Stats
 from insitu.stats import logger as stats_logger
 from insitu.store.capabilities import check_retry_owner
 from insitu.store.opener import open_store, redact_urls
@@ -397,28 +397,10 @@ class InSituDataset:
         reads, retries, bytes, decodes, hits and hit rate, bad/missing chunks, resident bytes, and,
         from the consumer's side, throughput and the fraction of time spent waiting for data
         (``stall_fraction``: near 0 means the model, not the loader, sets the pace)."""
-        out: dict[str, Any] = self.engine.stats.as_dict()
-        # Retries of transient store errors, by whichever single layer retried them (the engine
-        # for plain stores, the store itself for stores that retry and count).
-        store_retries = self.engine.fetcher.store_retries
-        out["retries"] = self.engine.fetcher.retries + (store_retries or 0)
-        out["timeouts"] = self.engine.fetcher.timeouts + (self.engine.fetcher.store_timeouts or 0)
         # Persisted slabs checked when this dataset opened: reused, dropped because their stored
         # bytes changed since, or dropped as damaged (persist="rebuild").
-        counts = self._cache.counts if self._cache is not None else {}
-        out["cache_verified_slabs"] = counts.get("verified", 0)
-        out["cache_stale_slabs"] = counts.get("stale", 0)
-        out["cache_corrupt_slabs"] = counts.get("corrupt", 0)
-        out["resident_bytes"] = self.pool.resident_bytes
-        out["peak_resident_bytes"] = self.pool.peak_resident_bytes
-        out["budget_bytes"] = self.pool.budget_bytes
-        if self.engine.adapts_inflight:
-            summary = self.engine.concurrency.controller.summary()
-            out["inflight_limit"] = summary["limit"]
-            out["inflight_limit_max"] = summary["max"]
-            out["inflight_changes"] = summary["changes"]
-            out["congestion_events"] = summary["congestion_events"]
-        return Stats.from_counters(out)
+        checks = CacheChecks.from_counts(self._cache.counts) if self._cache is not None else CacheChecks()
+        return Stats.from_records(*self.engine.counters(), checks)
 
     @property
     def inflight_trajectory(self) -> tuple[LimitChange, ...]:
@@ -426,9 +408,7 @@ class InSituDataset:
         each change with its time (seconds from the first read), the new limit and why (``"rising"``,
         ``"latency"``, ``"probe"``; backoffs ``"throttled"``, ``"timeout"``, ``"retried"``,
         ``"error"``). Empty for local files, which are read in the decode threads."""
-        if not self.engine.adapts_inflight:
-            return ()
-        return tuple(self.engine.concurrency.controller.trajectory)
+        return self.engine.inflight_trajectory()
 
     def add_stats_callback(self, callback: Callable[[PassReport], Any]) -> None:
         """Call ``callback(report)`` when each pass over a view ends (an epoch, or a pass stopped

@@ -7,6 +7,15 @@ counters. Counters only grow over a dataset's life; the few *gauges*
 ``samples_per_s``) are marked as such. It reads as a mapping too
 (``stats["reads"]``), and ``as_dict()`` is JSON-ready.
 
+The live counters are typed records, one per concern, each owned by the part
+that counts: :class:`EngineCounters` (``engine.stats``: reads, decodes, hits,
+batches, consumer time), :class:`FetchCounters` (a fetcher's retries and
+timeouts); gauges are read into :class:`PoolGauges`, :class:`InflightGauges`
+and :class:`CacheChecks`. ``Engine.counters()`` returns the engine's records
+and :meth:`Stats.from_records` snapshots them, so a new counter is declared
+here only: a field on its record and the same field on :class:`Stats` (a test
+holds the two together), then incremented by name where the work is done.
+
 :class:`PassReport` is one pass over a view (an epoch, or the part of it a
 consumer took): what it delivered and the engine work done meanwhile (the
 difference of two snapshots). Each pass that ends is logged at INFO on the
@@ -17,12 +26,111 @@ pass's summary of what was skipped), and handed to every callback added with
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 logger = logging.getLogger("insitu.epoch")
+
+
+# -- the live counters: one typed record per concern, each field incremented by name --------------
+class BadChunkKind(enum.Enum):
+    """Why a chunk counted in ``bad_chunks`` was bad: which ``bad_chunks_*`` counter it adds to."""
+
+    READ = "read"  #: never counted: a store that fails to deliver raises StoreUnavailableError
+    SIZE = "size"  #: the bytes decode (or are stored) at another size than the chunk's
+    DECODE = "decode"  #: the codecs rejected the bytes
+
+
+@dataclass
+class EngineCounters:
+    """The engine's live counters (``engine.stats``), snapshotted into :class:`Stats`.
+
+    The loader counts reads, decodes and bad chunks; an epoch counts slab hits, batches and
+    skipped samples; a view iterator its consumer's time. Every field here is a :class:`Stats`
+    field of the same name (a test holds the two together)."""
+
+    reads: int = 0  # GETs issued (whole chunks, byte ranges and shard indexes)
+    bytes_read: int = 0
+    chunks_decoded: int = 0
+    slabs_loaded: int = 0  # decoded into the pool
+    slabs_streamed: int = 0  # decoded outside the pool, straight into batch rows (not cached)
+    slab_hits: int = 0  # slab uses served by the pool without a load
+    missing_chunks: int = 0  # absent from the store: fill value
+    bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
+    bad_chunks_read: int = 0  # always 0: a store that fails to deliver raises StoreUnavailableError
+    bad_chunks_size: int = 0  # ... the bytes decode (or are stored) at another size than the chunk's
+    bad_chunks_decode: int = 0  # ... the codecs rejected the bytes
+    batches: int = 0
+    samples: int = 0
+    skipped_samples: int = 0
+    dropped_batches: int = 0  # batches skipping left empty (or short, with drop_last): not delivered
+    iterating_s: float = 0.0  # consumer wall time inside view iteration
+    waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
+
+    def count_bad_chunk(self, kind: BadChunkKind) -> None:
+        """One more bad chunk that ``on_bad_chunk`` let through, counted in ``bad_chunks`` and in
+        the ``bad_chunks_*`` counter of its ``kind``."""
+        self.bad_chunks += 1
+        if kind is BadChunkKind.SIZE:
+            self.bad_chunks_size += 1
+        elif kind is BadChunkKind.READ:
+            self.bad_chunks_read += 1
+        else:
+            self.bad_chunks_decode += 1
+
+    def as_dict(self) -> dict[str, float]:
+        """The counters as a plain dict."""
+        return asdict(self)
+
+
+@dataclass
+class FetchCounters:
+    """Transient store errors retried and requests timed out: a fetcher's own, or (for
+    :meth:`insitu.store.fetch.ChunkFetcher.totals`) by whichever single layer retried."""
+
+    retries: int = 0  # transient store errors retried
+    timeouts: int = 0  # requests that ran past the policy's timeout_s (retried or not)
+
+
+@dataclass(frozen=True)
+class InflightGauges:
+    """The requests-in-flight limit a remote store's reads run under, as :class:`Stats` reports it
+    (all 0 for local files, which are read in the decode threads without a limit)."""
+
+    inflight_limit: int = 0  # the limit now
+    inflight_limit_max: int = 0  # the most it allowed so far
+    inflight_changes: int = 0  # times it changed
+    congestion_events: int = 0  # throttled, timed-out, failed or retried reads that made it back off
+
+
+@dataclass(frozen=True)
+class PoolGauges:
+    """The pool's bytes as :class:`Stats` reports them."""
+
+    resident_bytes: int = 0  # holding slabs now
+    peak_resident_bytes: int = 0  # the most ever held
+    budget_bytes: int = 0  # the byte budget
+
+
+@dataclass(frozen=True)
+class CacheChecks:
+    """Persisted slabs checked when the dataset opened, by outcome (all 0 without a persisted cache)."""
+
+    cache_verified_slabs: int = 0  # reused
+    cache_stale_slabs: int = 0  # dropped: their stored bytes changed since
+    cache_corrupt_slabs: int = 0  # dropped as damaged (persist="rebuild")
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int]) -> CacheChecks:
+        """From a persisted cache's ``counts`` (``verified``, ``stale``, ``corrupt``)."""
+        return cls(counts.get("verified", 0), counts.get("stale", 0), counts.get("corrupt", 0))
+
+
+#: The records :meth:`Stats.from_records` reads, in the order of :class:`Stats`'s fields.
+CounterRecord = EngineCounters | FetchCounters | CacheChecks | PoolGauges | InflightGauges
 
 
 @dataclass(frozen=True)
@@ -65,6 +173,14 @@ class Stats(Mapping[str, Any]):
     hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded + slabs_streamed)
     stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
     samples_per_s: float = 0.0  #: rate: samples / iterating_s
+
+    @classmethod
+    def from_records(cls, *records: CounterRecord) -> Stats:
+        """A snapshot of counter records (their fields are this class's; rates are derived here)."""
+        counters: dict[str, Any] = {}
+        for record in records:
+            counters.update(asdict(record))
+        return cls.from_counters(counters)
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, Any]) -> Stats:
@@ -198,4 +314,17 @@ def difference(after: Stats, before: Stats) -> dict[str, int]:
     return {k: int(after[k] - before[k]) for k in PASS_COUNTERS}
 
 
-__all__ = ["PASS_COUNTERS", "PassReport", "Stats", "difference", "logger"]
+__all__ = [
+    "PASS_COUNTERS",
+    "BadChunkKind",
+    "CacheChecks",
+    "CounterRecord",
+    "EngineCounters",
+    "FetchCounters",
+    "InflightGauges",
+    "PassReport",
+    "PoolGauges",
+    "Stats",
+    "difference",
+    "logger",
+]

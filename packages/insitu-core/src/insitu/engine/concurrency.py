@@ -27,7 +27,8 @@ deterministic and tested with synthetic stores):
 * it never exceeds ``cap`` (the user's ``max_inflight``) nor goes below 1.
 
 :class:`AdaptiveLimiter` is the asyncio side: a semaphore whose size is the
-controller's current limit.
+controller's current limit. :class:`FetchGovernor` ties the two to what the
+engine observes, and is what the rest of the engine asks about the limit.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from insitu.stats import InflightGauges
 
 #: HTTP statuses object stores answer when a client asks too fast (S3 SlowDown is a 503).
 THROTTLING_STATUSES = frozenset({429, 503})
@@ -311,19 +314,20 @@ class FetchGovernor:
     ``demand()`` says whether reads are queued beyond those waiting on the limiter (the fetch
     queue); ``decode_busy_s()`` the seconds each decode thread has worked on average; ``retries()`` the
     transient errors retried so far by whichever layer retries (each new one is congestion).
+    The limit, its trajectory and its gauges are read here, not off the controller.
     """
 
     def __init__(
         self,
-        controller: ConcurrencyController,
+        limiter: AdaptiveLimiter,
         *,
         demand: Callable[[], bool],
         decode_busy_s: Callable[[], float],
         retries: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.controller = controller
-        self.limiter = AdaptiveLimiter(controller)
+        self.controller = limiter.controller
+        self.limiter = limiter
         self._demand = demand
         self._decode_busy_s = decode_busy_s
         self._retries = retries
@@ -353,6 +357,30 @@ class FetchGovernor:
             "throttled" if is_throttled(error) else "timeout" if isinstance(error, TimeoutError) else "error"
         )
         self.controller.congested(now, reason)
+
+    # -- reading back ----------------------------------------------------------------------------
+    @property
+    def limit(self) -> int:
+        """The number of requests allowed in flight now."""
+        return self.controller.limit
+
+    def trajectory(self) -> tuple[LimitChange, ...]:
+        """Every change of the limit kept so far (see :attr:`ConcurrencyController.trajectory`)."""
+        return tuple(self.controller.trajectory)
+
+    def limits_since(self, seq: int) -> tuple[int, ...]:
+        """The limit in force at change ``seq`` and every limit chosen after it."""
+        return tuple(self.controller.limits_since(seq))
+
+    def gauges(self) -> InflightGauges:
+        """The limit now, the most it allowed, its changes and the congestion events, for statistics."""
+        summary = self.controller.summary()
+        return InflightGauges(
+            inflight_limit=summary["limit"],
+            inflight_limit_max=summary["max"],
+            inflight_changes=summary["changes"],
+            congestion_events=summary["congestion_events"],
+        )
 
     def _note_retries(self, now: float) -> None:
         retries = self._retries()

@@ -193,7 +193,7 @@ class EpochRun:
         starts = self.plan.order.block_starts
         if exceeds_readahead_cap(int(starts[b + 1] - starts[self._emitting]), self._sample_bytes):
             return False
-        return engine.fetches.outstanding < 2 * engine.concurrency.controller.limit
+        return engine.outstanding_reads < 2 * engine.inflight_limit
 
     def _produce_block(self, b: int) -> LiveBlock:
         """Pin (or start loading) every slab block ``b`` needs. A slab goes to the pool when this

@@ -3,7 +3,9 @@
 :class:`Engine` holds what every array shares: the store's fetcher and its
 ``max_inflight`` budget, the decode threads and the counters. Each array has
 an :class:`ArrayLoader` that knows its layout (through its reader), its pool
-and its chunk transforms. ``Engine.load`` is called on the event loop with
+and its chunk transforms; it is given its settings (:class:`LoadSettings`) and
+the engine's shared parts (:class:`LoadServices`) at construction, and never
+reads the engine itself. ``Engine.load`` is called on the event loop with
 freshly reserved pool entries. Local files are read inside decode threads;
 other stores are fetched with ``Store.get`` under the ``max_inflight``
 semaphore. Sharded arrays first read each shard's index (cached), then fetch
@@ -16,11 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,43 +30,40 @@ from zarr.abc.store import Store
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.layout import ArrayReader, Piece, Read
 from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
-from insitu.engine.concurrency import ConcurrencyController, FetchGovernor
+from insitu.engine.concurrency import AdaptiveLimiter, ConcurrencyController, FetchGovernor, LimitChange
+from insitu.engine.fetch_queue import FetchQueue
 from insitu.engine.jobs import CallJob, ChunkReadError, DecodeJob, DecodePump, ReadItem
 from insitu.engine.pool import ArrayPool, ChunkPool, Slab
 from insitu.engine.scatter import ScratchBuffers
 from insitu.errors import BadChunkError, ConfigError, InSituError, StoreUnavailableError
 from insitu.options import BadChunkPolicy
+from insitu.stats import BadChunkKind, CounterRecord, EngineCounters, InflightGauges, PoolGauges
 from insitu.store.codecs import ChunkSizeError, UnsupportedCodec
 from insitu.store.fetch import ChunkFetcher
 from insitu.store.retry import RetryPolicy
 from insitu.store.zarr_reads import SLAB_SOURCES, FetchingStore
 
 
-@dataclass
-class EngineStats:
-    """Counters a user can read from ``dataset.stats``."""
+@dataclass(frozen=True)
+class LoadSettings:
+    """What one array's loader is told at construction, from the dataset's options."""
 
-    reads: int = 0  # GETs issued (whole chunks, byte ranges and shard indexes)
-    bytes_read: int = 0
-    chunks_decoded: int = 0
-    slabs_loaded: int = 0  # decoded into the pool
-    slabs_streamed: int = 0  # decoded outside the pool, straight into batch rows (not cached)
-    slab_hits: int = 0  # slab uses served by the pool without a load
-    missing_chunks: int = 0  # absent from the store: fill value
-    bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
-    bad_chunks_read: int = 0  # always 0: a store that fails to deliver raises StoreUnavailableError
-    bad_chunks_size: int = 0  # ... the bytes decode (or are stored) at another size than the chunk's
-    bad_chunks_decode: int = 0  # ... the codecs rejected the bytes
-    batches: int = 0
-    samples: int = 0
-    skipped_samples: int = 0
-    dropped_batches: int = 0  # batches skipping left empty (or short, with drop_last): not delivered
-    iterating_s: float = 0.0  # consumer wall time inside view iteration
-    waiting_s: float = 0.0  # ... of which spent waiting for the next batch (the loader was behind)
+    on_bad_chunk: BadChunkPolicy
+    track_sources: bool  # record what each slab was read from (a persisted cache checks it on reuse)
+    error_fill: Any  # written over the samples of a chunk that fails (None: on_bad_chunk="raise")
 
-    def as_dict(self) -> dict[str, float]:
-        """The counters as a plain dict."""
-        return asdict(self)
+
+@dataclass(frozen=True)
+class LoadServices:
+    """The engine's parts every array's loader shares (built once by :class:`Engine`)."""
+
+    fetcher: ChunkFetcher
+    pump: DecodePump
+    scratch: ScratchBuffers  # per decode thread: where streamed slabs decode
+    governor: FetchGovernor  # the request budget every remote read holds a slot of
+    fetches: FetchQueue
+    counters: EngineCounters
+    spawn: Callable[[Coroutine[Any, Any, None]], None]  # run a task the engine cancels on close
 
 
 _RUNNING: set[asyncio.Task[Any]] = set()  # every engine's live tasks (see Engine.spawn)
@@ -91,39 +88,48 @@ class Engine:
         error_fills: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = store
-        # The raw value a bad integer chunk is filled with, by array path: CF decoding turns it into NaN.
-        self.error_fills = dict(error_fills or {})
-        self.track_sources = track_sources
         self.pool = pool
         self.loop = loop
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.fetcher = ChunkFetcher(store, retry)
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
         self.pump = DecodePump(loop, decode_threads)
-        self.scratch = ScratchBuffers()  # per decode thread: where streamed slabs decode
-        self.fetches = FetchQueue(self, max_inflight)
         # Requests in flight to the store: chosen by a controller, at most max_inflight (see
         # insitu.engine.concurrency); every remote read holds a slot of this one limiter.
+        self.inflight = AdaptiveLimiter(
+            ConcurrencyController(max_inflight, start=min(max_inflight, START_INFLIGHT))
+        )
+        self.fetches = FetchQueue(self.inflight, self.spawn, workers=max_inflight)
         self.concurrency = FetchGovernor(
-            ConcurrencyController(max_inflight, start=min(max_inflight, START_INFLIGHT)),
+            self.inflight,
             demand=self.fetches.has_queued,
             decode_busy_s=self.pump.busy_s,
-            retries=self._retries_so_far,
+            retries=self.fetcher.congestion_signals,
         )
-        self.inflight = self.concurrency.limiter
-        self.on_bad_chunk = on_bad_chunk
-        self.stats = EngineStats()
+        self.stats = EngineCounters()
         if not self.fetcher.reads_files:
             # A remote store's round trips leave cores idle in which fresh pool pages can be
             # committed. Local files keep the decoders busy; there the thread measured slower
             # (first batch 7-11 ms later, cold pass no faster on the 2-core reference machine).
             pool.start_prefault()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        services = LoadServices(
+            fetcher=self.fetcher,
+            pump=self.pump,
+            scratch=ScratchBuffers(),
+            governor=self.concurrency,
+            fetches=self.fetches,
+            counters=self.stats,
+            spawn=self.spawn,
+        )
+        # The raw value a bad integer chunk is filled with, by array path: CF decoding turns it into NaN.
+        fills = error_fills or {}
         self.loaders = {
             path: ArrayLoader(
-                self,
                 apool,
                 _reader_for(apool.geom, decoders),
                 tuple(chunk_transforms.get(apool.geom.path, ())),
+                LoadSettings(on_bad_chunk, track_sources, _error_fill(apool.geom, on_bad_chunk, fills)),
+                services,
             )
             for path, apool in pool.arrays.items()
         }
@@ -140,17 +146,38 @@ class Engine:
         """True when reads go over the loop to a store, under the adaptive limit (not local files)."""
         return not self.fetcher.reads_files
 
+    @property
+    def inflight_limit(self) -> int:
+        """Requests the controller allows in flight to the store now."""
+        return self.concurrency.limit
+
+    @property
+    def outstanding_reads(self) -> int:
+        """Whole-chunk GETs queued, and reads holding a slot of the limit (shard and zarr reads too)."""
+        return self.fetches.outstanding
+
     def inflight_limits(self, since: int = 0) -> tuple[int, ...]:
         """The requests-in-flight limit in force at change ``since`` and each chosen after it
         (empty for local files, read in the decode threads without a limit)."""
         if not self.adapts_inflight:
             return ()
-        return tuple(self.concurrency.controller.limits_since(since))
+        return self.concurrency.limits_since(since)
 
-    def _retries_so_far(self) -> int:
-        fetcher = self.fetcher
-        own = fetcher.retries + fetcher.timeouts
-        return own + (fetcher.store_retries or 0) if fetcher.capabilities.reports_retries else own
+    def inflight_trajectory(self) -> tuple[LimitChange, ...]:
+        """Every change of the requests-in-flight limit so far (empty for local files)."""
+        return self.concurrency.trajectory() if self.adapts_inflight else ()
+
+    def counters(self) -> tuple[CounterRecord, ...]:
+        """The engine's counters and gauges, as records :meth:`insitu.stats.Stats.from_records`
+        snapshots: its own, the retries and timeouts of whichever layer retried, the pool's bytes
+        and the requests-in-flight limit (zero for local files)."""
+        pool = self.pool
+        return (
+            self.stats,
+            self.fetcher.totals(),
+            PoolGauges(pool.resident_bytes, pool.peak_resident_bytes, pool.budget_bytes),
+            self.concurrency.gauges() if self.adapts_inflight else InflightGauges(),
+        )
 
     # -- housekeeping --------------------------------------------------------
     def spawn(self, coro: Any) -> None:
@@ -199,18 +226,24 @@ class ArrayLoader:
 
     def __init__(
         self,
-        engine: Engine,
         apool: ArrayPool,
         reader: ArrayReader | None,
         transforms: tuple[ChunkTransform, ...],
+        settings: LoadSettings,
+        services: LoadServices,
     ) -> None:
-        self.engine = engine
         self.apool = apool
         self.geom = apool.geom
         self.path = apool.geom.path
         self.reader = reader
-        self.stats = engine.stats
-        self.fetcher = engine.fetcher
+        self.settings = settings
+        self.stats = services.counters
+        self.fetcher = services.fetcher
+        self._pump = services.pump
+        self._scratch = services.scratch
+        self._governor = services.governor
+        self._fetches = services.fetches
+        self._spawn = services.spawn
         self.transform = chain_runner(self.geom.name, transforms, apool.spec) if transforms else None
         # Transforms that change shape or dtype: chunks decode into a scratch slab, and the
         # transformed slab is written to the (differently sized) slot.
@@ -232,7 +265,7 @@ class ArrayLoader:
     def load(self, entries: Sequence[Slab], priority: int) -> None:
         """Start loading ``entries`` (slabs of this array): reads, decode jobs at ``priority``, then
         transforms; each entry's waiters are told when it is ready or failed."""
-        if self.engine.track_sources:
+        if self.settings.track_sources:
             for e in entries:
                 e.sources = [] if not e.is_streamed else None
         for e in entries:
@@ -242,14 +275,14 @@ class ArrayLoader:
         if reader is None:
             for e in entries:
                 e.pending = 1
-                self.engine.spawn(self._load_via_zarr(e))
+                self._spawn(self._load_via_zarr(e))
             return
         for e in entries:
             e.pending = reader.chunks_per_slab
         by_slab = {e.slab: e for e in entries}
         if reader.geom.is_sharded:
             for shard, wanted in reader.shards_of(by_slab).items():
-                self.engine.spawn(self._load_shard(shard, wanted, by_slab, priority))
+                self._spawn(self._load_shard(shard, wanted, by_slab, priority))
             return
         items = [self._item(read, [by_slab[slab]] * len(read.pieces)) for slab, read in reader.reads(by_slab)]
         self._dispatch(items, priority)
@@ -260,12 +293,12 @@ class ArrayLoader:
     def _dispatch(self, items: list[ReadItem], priority: int = 0) -> None:
         """Local files: read and decode in workers, several reads per job. Else: fetch each on the loop."""
         if not self.fetcher.reads_files:
-            fetches = self.engine.fetches
+            fetches = self._fetches
             for item in items:
                 fetches.put(priority, self, item)
             return
         self.stats.reads += len(items)
-        pump = self.engine.pump
+        pump = self._pump
         # Enough jobs to occupy every thread, few enough that one loop-to-thread hop
         # (and one completion callback) serves several chunks.
         per_job = max(1, min(MAX_ITEMS_PER_JOB, -(-len(items) // pump.threads)))
@@ -279,17 +312,18 @@ class ArrayLoader:
             items,
             on_done=self._job_done,
             local=self.fetcher if local else None,
-            fill_on_error=self._error_fill(),
-            track_sources=self.engine.track_sources,
-            scratch=self.engine.scratch,
+            fill_on_error=self.settings.error_fill,
+            track_sources=self.settings.track_sources,
+            scratch=self._scratch,
         )
 
-    async def _fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
-        """One GET (the caller holds a slot of the engine's request budget), then its decode."""
+    async def fetch_then_decode(self, item: ReadItem, priority: int = 0) -> None:
+        """One GET (the caller, the fetch queue, holds a slot of the engine's request budget), then
+        its decode; a failure reaches the waiters of ``item``'s slabs."""
         read = item.read
-        governor = self.engine.concurrency
+        governor = self._governor
         try:
-            if self.engine.track_sources and self.fetcher.capabilities.object_versions:
+            if self.settings.track_sources and self.fetcher.capabilities.object_versions:
                 # Asked before the GET: a rewrite in between makes the cached slab look
                 # stale next time (a re-read), never a changed object look unchanged.
                 version = await self.fetcher.version(read.key)
@@ -298,10 +332,10 @@ class ArrayLoader:
             item.raw = await self.fetcher.get(read.key, read.byte_range)
         except Exception as exc:
             governor.failed(exc)
-            self._fail_pieces(item, exc)
+            self.fail_read(item, exc)
             return
         governor.succeeded(item.raw)
-        self.engine.pump.submit(self._job([item]), priority)
+        self._pump.submit(self._job([item]), priority)
 
     async def _load_shard(
         self,
@@ -317,12 +351,12 @@ class ArrayLoader:
         except Exception as exc:
             for slab, coords in wanted:
                 read = Read(reader.shard_key(shard), None, (Piece(coords, 0, None),))
-                self._fail_pieces(self._item(read, [by_slab[slab]]), exc)
+                self.fail_read(self._item(read, [by_slab[slab]]), exc)
             return
         reads, missing = reader.coalesced_reads(shard, index, wanted)
         if missing:  # absent inner chunks: a job with no bytes writes the fill value
             fill = Read(reader.shard_key(shard), None, tuple(Piece(c, 0, None) for _, c in missing))
-            self.engine.pump.submit(self._job([self._item(fill, [by_slab[s] for s, _ in missing])]), priority)
+            self._pump.submit(self._job([self._item(fill, [by_slab[s] for s, _ in missing])]), priority)
         items = [self._item(read, [by_slab[s] for s in slabs]) for slabs, read in reads]
         if len(items) > 1 and self.fetcher.reads_many_ranges:
             # Several runs of one shard (a sparse selection): one multi-range request, not one per run.
@@ -333,27 +367,27 @@ class ArrayLoader:
     async def _fetch_ranges_then_decode(self, key: str, items: list[ReadItem], priority: int = 0) -> None:
         ranges = [item.read.byte_range for item in items]
         try:
-            async with self.engine.inflight:
+            async with self._governor.limiter:
                 self.stats.reads += 1
                 parts = await self.fetcher.get_ranges(key, [r for r in ranges if r is not None])
         except Exception as exc:
             for item in items:
-                self._fail_pieces(item, exc)
+                self.fail_read(item, exc)
             return
         for i, item in enumerate(items):
             item.raw = None if parts is None else parts[i]
-        self.engine.pump.submit(self._job(items), priority)
+        self._pump.submit(self._job(items), priority)
 
     async def _get_shard_index(self, shard: tuple[int, ...]) -> np.ndarray | None:
         reader = self.reader
         assert reader is not None
         fut = self._shard_index.get(shard)
         if fut is None:
-            fut = self.engine.loop.create_future()
+            fut = asyncio.get_running_loop().create_future()
             self._shard_index[shard] = fut
             try:
                 where, n = reader.index_range()
-                async with self.engine.inflight:
+                async with self._governor.limiter:
                     self.stats.reads += 1
                     if where == "suffix":
                         raw = await self.fetcher.get(reader.shard_key(shard), suffix=n)
@@ -371,14 +405,14 @@ class ArrayLoader:
         g = self.geom
         if self._zarr_array is None:
             # Through the fetcher: zarr's reads are retried, timed out and tracked like ours.
-            store = FetchingStore(self.engine.store, self.fetcher, self.stats)
+            store = FetchingStore(self.fetcher.store, self.fetcher, self.stats)
             self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
         region, axis = g.orthogonal_region(slice(lo, hi))
         token = SLAB_SOURCES.set(entry.sources)  # None unless a persisted cache tracks sources
         try:
-            async with self.engine.inflight:
+            async with self._governor.limiter:
                 self.stats.reads += 1
                 # Orthogonal: a selection on other axes reads only the chunks it touches.
                 data = await self._zarr_array.get_orthogonal_selection(region)
@@ -402,7 +436,7 @@ class ArrayLoader:
             self._piece_done(entry, bad, _bad_kind(err))
 
         self.stats.chunks_decoded += 1
-        self.engine.pump.submit(CallJob(place, done))
+        self._pump.submit(CallJob(place, done))
 
     # -- completion (loop thread) ----------------------------------------------------------------
     def _job_done(self, job: DecodeJob, results: Any) -> None:
@@ -434,13 +468,15 @@ class ArrayLoader:
                     bad = BadChunkError(self.path, _piece_key(item.read, piece), repr(err))
                     self._piece_done(entry, bad, _bad_kind(err))
 
-    def _fail_pieces(self, item: ReadItem, exc: BaseException) -> None:
+    def fail_read(self, item: ReadItem, exc: BaseException) -> None:
+        """Every piece of ``item`` failed with ``exc``, raised while fetching it: a store outage
+        fails its slabs whatever ``on_bad_chunk`` says; anything else makes them bad chunks."""
         if _is_outage(exc):  # the store did not deliver the bytes: an error whatever on_bad_chunk says
             error = self.fetcher.unavailable(item.read.key, exc, self.path)
             for entry in item.targets:
                 self._piece_done(entry, error)
             return
-        fill = self._error_fill()
+        fill = self.settings.error_fill
         for piece, entry, view in zip(item.read.pieces, item.targets, item.views, strict=True):
             if fill is not None and self.reader is not None:
                 if view is not None:
@@ -449,15 +485,15 @@ class ArrayLoader:
                     entry.dests.fill(fill)
             self._piece_done(entry, BadChunkError(self.path, _piece_key(item.read, piece), repr(exc)))
 
-    def _piece_done(self, entry: Slab, error: InSituError | None, kind: str = "") -> None:
+    def _piece_done(
+        self, entry: Slab, error: InSituError | None, kind: BadChunkKind = BadChunkKind.DECODE
+    ) -> None:
         if error is not None:
-            if self.engine.on_bad_chunk is BadChunkPolicy.RAISE or isinstance(error, StoreUnavailableError):
+            if self.settings.on_bad_chunk is BadChunkPolicy.RAISE or isinstance(error, StoreUnavailableError):
                 if entry.error is None:
                     entry.error = error
             else:
-                self.stats.bad_chunks += 1
-                counter = f"bad_chunks_{kind or 'decode'}"
-                setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+                self.stats.count_bad_chunk(kind)
                 entry.bad = True
         entry.pending -= 1
         if entry.pending == 0:
@@ -479,7 +515,7 @@ class ArrayLoader:
         def run() -> None:
             dests.scatter(transform(src) if transform is not None else src)
 
-        self.engine.pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
+        self._pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
 
     def _transform(self, entry: Slab) -> None:
         """Run the chunk transforms on the placed slab in a worker, then finish it."""
@@ -496,7 +532,7 @@ class ArrayLoader:
             if out is not dst:
                 dst[...] = out
 
-        self.engine.pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
+        self._pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
 
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
@@ -516,83 +552,12 @@ class ArrayLoader:
         entry.finish(error)
         apool.unpin(entry, None)  # the load pin
 
-    def _error_fill(self) -> Any:
-        if self.engine.on_bad_chunk is BadChunkPolicy.RAISE:
-            return None
-        if self.geom.dtype.kind in "fc":
-            return np.nan
-        return self.engine.error_fills.get(self.geom.path, self.geom.fill_value)
-
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
 MAX_ITEMS_PER_JOB = 8
 # Requests in flight to a remote store before the controller has measured anything (the
 # former fixed default): from there it doubles while throughput follows.
 START_INFLIGHT = 32
-
-
-class FetchQueue:
-    """Whole-chunk GETs of remote stores in block order, served by ``workers`` long-lived tasks.
-
-    A task per GET cost the loop a task, its done callback and a set update per chunk; here a GET
-    is a heap push and a wake-up of an idle worker, and the chunks of the block the consumer
-    waits for go out before read-ahead ones queued earlier (lower ``priority`` first). Workers
-    start on the first GET, as engine tasks (cancelled with the engine); there are ``max_inflight``
-    of them, and each takes a slot of the engine's adaptive limiter (shared with shard and zarr
-    reads) *before* taking a GET off the heap, so the limit the controller chose is what is in
-    flight, and the GET that goes out when a slot frees is the most urgent one queued then.
-    """
-
-    def __init__(self, engine: Engine, workers: int) -> None:
-        self.engine = engine
-        self.workers = workers
-        self._heap: list[tuple[int, int, ArrayLoader, ReadItem]] = []
-        self._seq = itertools.count()
-        self._idle: list[asyncio.Future[None]] = []
-        self._started = False
-
-    def has_queued(self) -> bool:
-        """True when GETs wait for a worker slot (demand above the chosen concurrency)."""
-        return bool(self._heap)
-
-    @property
-    def outstanding(self) -> int:
-        """GETs queued or holding a slot of the limiter (shard and zarr reads included)."""
-        return len(self._heap) + self.engine.inflight.in_use
-
-    def put(self, priority: int, loader: ArrayLoader, item: ReadItem) -> None:
-        """Queue one GET (on the loop)."""
-        heapq.heappush(self._heap, (priority, next(self._seq), loader, item))
-        if not self._started:
-            self._started = True
-            for _ in range(self.workers):
-                self.engine.spawn(self._work())
-        while self._idle:
-            waiter = self._idle.pop()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
-        limiter = self.engine.inflight
-        while True:
-            if not self._heap:
-                waiter = loop.create_future()
-                self._idle.append(waiter)
-                await waiter
-                continue
-            async with limiter:
-                if self._heap:  # another worker may have taken it while this one waited for a slot
-                    await self._serve_next()
-
-    async def _serve_next(self) -> None:
-        # Its own frame: an idle worker keeps nothing of its last chunk alive.
-        priority, _, loader, item = heapq.heappop(self._heap)
-        try:
-            await loader._fetch_then_decode(item, priority)
-        except Exception as exc:  # a worker must outlive any one chunk; its waiters learn why
-            loader._fail_pieces(item, exc)
 
 
 def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayReader | None:
@@ -619,9 +584,19 @@ def _piece_key(read: Read, piece: Piece) -> str:
     return read.key if read.byte_range is None else f"{read.key} (inner chunk {piece.coords})"
 
 
-def _bad_kind(error: BaseException | None) -> str:
+def _error_fill(geom: ArrayGeometry, policy: BadChunkPolicy, error_fills: Mapping[str, Any]) -> Any:
+    """What a chunk of ``geom`` that fails is filled with: nothing under ``on_bad_chunk="raise"``,
+    NaN for floats, else the array's raw error fill (which CF decoding turns into NaN) or its fill value."""
+    if policy is BadChunkPolicy.RAISE:
+        return None
+    if geom.dtype.kind in "fc":
+        return np.nan
+    return error_fills.get(geom.path, geom.fill_value)
+
+
+def _bad_kind(error: BaseException | None) -> BadChunkKind:
     """Which ``bad_chunks_*`` counter an exception from decoding a chunk belongs to."""
-    return "size" if isinstance(error, ChunkSizeError) else "decode"
+    return BadChunkKind.SIZE if isinstance(error, ChunkSizeError) else BadChunkKind.DECODE
 
 
 def _is_outage(error: BaseException) -> bool:

@@ -28,6 +28,7 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from insitu.errors import StoreTimeoutError, StoreUnavailableError
+from insitu.stats import FetchCounters
 from insitu.store.capabilities import (
     MultiRangeReads,
     RawReads,
@@ -45,16 +46,15 @@ T = TypeVar("T")
 class ChunkFetcher:
     """Fetches object bytes (whole or a range) from one store, retrying unless the store does.
 
-    ``retries`` counts the retries this fetcher made (none for a store that
-    retries by itself; :attr:`store_retries` reports that store's own count
-    when it keeps one).
+    ``counters`` holds the retries this fetcher made and the requests that timed out (none for a
+    store that retries by itself; :attr:`store_retries` reports that store's own count when it
+    keeps one, and :meth:`totals` adds the two).
     """
 
     def __init__(self, store: Store, retry: RetryPolicy) -> None:
         self.store = store
         self.retry = retry
-        self.retries = 0
-        self.timeouts = 0  # requests that ran past the policy's timeout_s (retried or not)
+        self.counters = FetchCounters()
         # Asked once here: a protocol check per GET would cost microseconds per chunk.
         self.capabilities = capabilities_of(store)
         self._raw_get = cast(RawReads, store).insitu_get if self.capabilities.raw_reads else None
@@ -104,6 +104,33 @@ class ChunkFetcher:
         return out
 
     @property
+    def retries(self) -> int:
+        """Retries this fetcher made (none for a store that retries by itself)."""
+        return self.counters.retries
+
+    @property
+    def timeouts(self) -> int:
+        """Requests of this fetcher that ran past the policy's ``timeout_s`` (retried or not)."""
+        return self.counters.timeouts
+
+    def totals(self) -> FetchCounters:
+        """Retries and timeouts of transient store errors, by whichever single layer retried them:
+        this fetcher for plain stores, the store itself for a store that retries and counts."""
+        return FetchCounters(
+            retries=self.counters.retries + (self.store_retries or 0),
+            timeouts=self.counters.timeouts + (self.store_timeouts or 0),
+        )
+
+    def congestion_signals(self) -> int:
+        """Retries and timeouts seen so far, the store's own retries included (each new one tells
+        the concurrency controller that the store is congested)."""
+        own = self.counters.retries + self.counters.timeouts
+        # Asked per completed read: the capability is a flag, where a protocol check costs microseconds.
+        if self.capabilities.reports_retries:
+            return own + cast(ReportsRetries, self.store).insitu_retries
+        return own
+
+    @property
     def store_timeouts(self) -> int | None:
         """Requests of a store that retries by itself which timed out, when it counts them."""
         count = getattr(self.store, "insitu_timeouts", None)
@@ -112,7 +139,7 @@ class ChunkFetcher:
     @property
     def store_retries(self) -> int | None:
         """Retries the store made by itself, when it reports them (all its callers together)."""
-        return self.store.insitu_retries if isinstance(self.store, ReportsRetries) else None
+        return cast(ReportsRetries, self.store).insitu_retries if self.capabilities.reports_retries else None
 
     async def get(
         self, key: str, byte_range: tuple[int, int] | None = None, suffix: int | None = None
@@ -162,13 +189,13 @@ class ChunkFetcher:
                 return await request()  # the store owns retries and timeouts: one call, errors pass through
             return await call_with_retries(request, self.retry, on_retry=self._count_retry)
         except TimeoutError:
-            self.timeouts += 1  # the last attempt timed out too
+            self.counters.timeouts += 1  # the last attempt timed out too
             raise
 
     def _count_retry(self, error: BaseException) -> None:
-        self.retries += 1
+        self.counters.retries += 1
         if isinstance(error, TimeoutError):
-            self.timeouts += 1
+            self.counters.timeouts += 1
 
     def read_file(
         self,

@@ -339,10 +339,10 @@ def hide_url_credentials(exc: BaseException, url: str) -> None:
 
     exc.args = tuple(clean(a) if isinstance(a, str) else a for a in exc.args)
     if isinstance(exc, OSError):
-        for name in ("filename", "filename2"):
-            value = getattr(exc, name)
-            if isinstance(value, str):
-                setattr(exc, name, clean(value))
+        if isinstance(exc.filename, str):
+            exc.filename = clean(exc.filename)
+        if isinstance(exc.filename2, str):
+            exc.filename2 = clean(exc.filename2)
     if any(_shows_secret(e, clean) for e in _chain(exc)):
         exc.__cause__ = None
         exc.__context__ = None
