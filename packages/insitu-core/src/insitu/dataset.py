@@ -1,8 +1,11 @@
-"""``InSituDataset``: the user-facing engine, owning the pool, the loader and the views.
+"""``InSituDataset``: the user-facing engine, owning its running parts and its views.
 
 The constructor's keywords are the public contract; they are validated once
 into option objects (:mod:`insitu.options`) that the engine, the order and
-the views read. A dataset is usable without ``close()``: a script that never
+the views read. The constructor is the list of assembly steps, each a call
+to the floor that owns it: the store, the labels, the plans, what the arrays
+become and what the pool holds, then the running parts
+(:mod:`insitu.engine.parts`). A dataset is usable without ``close()``: a script that never
 closes it exits promptly, since finalisers only signal the engine's threads
 and never start or wait for one.
 """
@@ -22,18 +25,10 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from insitu.arrays.chains import ChunkChains, check_nan_fill, chunk_chains
-from insitu.arrays.geometry import ArrayGeometry
-from insitu.arrays.labels import resolve_labels
-from insitu.arrays.lazycoords import LazyCoords, LazyValues
-from insitu.arrays.statics import read_statics, static_spec
-from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
-from insitu.batch import Batch
-from insitu.engine.cache import metadata_digest, store_digest
+from insitu.arrays.labels import ArrayGeometry, ChunkTransform, resolve_labels
 from insitu.engine.concurrency import LimitChange
-from insitu.engine.gather import BatchTransform, Gatherer, batch_transform_chain
-from insitu.engine.loader import Engine
-from insitu.engine.residency import open_pool
+from insitu.engine.gather import BatchTransform, batch_transform_chain
+from insitu.engine.parts import identity_of_data, size_pool, start_parts
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
@@ -43,18 +38,12 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.plan.anchors import anchor_range, unused_anchors
-from insitu.plan.budget import MemoryPlan, plan_memory
-from insitu.plan.elastic import Segment
-from insitu.plan.limits import check_fits
-from insitu.plan.plans import EpochPlans
-from insitu.plan.reads import EpochPlan
+from insitu.plan.plans import EpochPlan, Segment, dataset_plans
 from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import CacheChecks, PassReport, Stats
 from insitu.stats import logger as stats_logger
-from insitu.store.capabilities import RetriesItself
-from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
+from insitu.store.capabilities import check_retry_owner
 from insitu.store.opener import open_store, redact_urls
 from insitu.store.retry import RetryPolicy
 from insitu.views import DatasetView, ViewIterator
@@ -170,6 +159,7 @@ class InSituDataset:
         cf_decode: bool | Mapping[str, bool] = True,
     ) -> None:
         self._closed = True  # until construction succeeds: a half-built dataset has nothing to release
+        # The keywords, validated once into options.
         self.options = read_options(
             batch_size=batch_size,
             block_chunks=block_chunks,
@@ -189,74 +179,48 @@ class InSituDataset:
         given_retry = retry
         retry = _checked_inputs(manifest, retry)
         batch_transforms = batch_transform_chain(batch_transforms)
-        self.store = store if isinstance(store, Store) else open_store(store)
-        _check_retry_owner(self.store, given_retry)
+        # The store, and which single layer retries its reads.
+        self.store = open_store(store)  # a Store passes through
+        check_retry_owner(self.store, given_retry)
         self.manifest = manifest
-        # Discovery (geometries=None) reads metadata under the same policy as the chunks.
-        labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
+        # The labels (discovery, geometries=None, reads metadata under the chunks' policy), and the
+        # epoch plans over the samples at which every label can be read.
+        labels = self._labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
-        self.anchor_range = anchor_range(self.labels, manifest)
-        self.unused_anchors = unused_anchors(manifest, self.anchor_range, self.labels)
-        arrays = labels.pooled
-        chains = chunk_chains(chunk_transforms, cf_decode, [*arrays.values(), *self.statics], labels.every)
-        if self.on_bad_chunk is BadChunkPolicy.NAN:
-            check_nan_fill(list(arrays.values()), chains)
-        specs = {path: output_spec(g, chains.of(path)) for path, g in arrays.items()}
-        self.label_specs: dict[str, SlabSpec] = {g.label: specs[g.path] for g in self.labels}
-        statics = {g.label: static_spec(g, chains.of(g.path)).nbytes for g in self.statics}
-        given = self.cache_options.budget_bytes
-        memory = plan_memory(
-            arrays, specs, self.labels, manifest, world_size=self.world_size, given=given, statics=statics
+        self._plans = dataset_plans(manifest, self.labels, self.options, self.sharding)
+        self.anchor_range, self.unused_anchors = self._plans.anchors, self._plans.unused_anchors
+        # What each array becomes after its chunk transforms, and how much of it the pool holds.
+        outputs = labels.outputs(
+            chunk_transforms, cf_decode, nan_fill=self.on_bad_chunk is BadChunkPolicy.NAN
         )
-        in_memory = self.cache_options.cache_dir is None
-        check_fits(
-            arrays,
-            specs,
-            self.labels,
-            memory.slots,
+        self.label_specs = outputs.label_specs
+        memory = size_pool(
+            labels,
+            outputs,
+            manifest,
             self.options,
+            self.cache_options,
+            world_size=self.world_size,
             n_samples=self.anchor_range[1] - self.anchor_range[0],
-            pool_in_memory=in_memory,
         )
-        self._plans = EpochPlans(manifest, self.labels, self.anchor_range, self.options, self.sharding)
+        # The running parts: pool, engine, static fields, gatherer, restored slabs, iteration service.
         self._start_lifetime()
-        self._start(arrays, specs, memory, chains, retry, decoders, batch_transforms)
+        self._parts = start_parts(
+            self.store,
+            labels,
+            outputs,
+            memory,
+            options=self.options,
+            cache=self.cache_options,
+            on_bad_chunk=self.on_bad_chunk,
+            retry=retry,
+            decoders=decoders,
+            batch_transforms=batch_transforms,
+        )
+        # What the statistics read (pool, cache, engine) and what views use (static values, passes).
+        self.pool, self._cache, self.engine = self._parts.pool, self._parts.cache, self._parts.engine
+        self.static_values, self.passes = self._parts.static_values, self._parts.passes
         self._closed = False
-
-    def _start(
-        self,
-        arrays: Mapping[str, ArrayGeometry],
-        specs: Mapping[str, SlabSpec],
-        memory: MemoryPlan,
-        chains: ChunkChains,
-        retry: RetryPolicy,
-        decoders: Sequence[str] | None,
-        batch_transforms: Sequence[BatchTransform],
-    ) -> None:
-        """Pool (or persisted cache), engine, static fields, gatherer, restored slabs: in that order,
-        and a step that fails releases what the steps before it hold (threads, the cache lock)."""
-        with contextlib.ExitStack() as undo:  # a failed step releases what the steps before it hold
-            self.pool, self._cache = open_pool(
-                self.store, arrays, specs, memory, self.cache_options, chains.transforms
-            )
-            if self._cache is not None:
-                undo.callback(self._cache.release)
-            self.engine = self._start_engine(chains, retry, decoders)
-            undo.callback(self.engine.shutdown_threads)
-            self.static_values = run_sync(
-                read_statics(self.store, self.engine.fetcher, self.statics, chains.transforms)
-            )
-            self.gatherer = Gatherer(
-                self.pool,
-                self.labels,
-                batch_transforms,
-                statics=self.static_values,
-                sample_coord=self._sample_coord(),
-            )
-            undo.callback(self.gatherer.shutdown)
-            if self._cache is not None:
-                run_sync(self._cache.restore(self.pool, self.engine))
-            undo.pop_all()
 
     def _start_lifetime(self) -> None:
         """What the dataset tracks over its life: epoch, callbacks, views and live iterators."""
@@ -267,34 +231,6 @@ class InSituDataset:
         # Weak: an iterator dropped mid-epoch (``break``) is collected, and its finaliser unregisters it.
         self._iterators: weakref.WeakSet[ViewIterator] = weakref.WeakSet()
         self._views: dict[tuple[str, int, int], DatasetView] = {}
-
-    def _start_engine(
-        self, chains: ChunkChains, retry: RetryPolicy, decoders: Sequence[str] | None
-    ) -> Engine:
-        return Engine(
-            self.store,
-            self.pool,
-            get_loop(),
-            max_inflight=self.options.max_inflight,
-            decode_threads=self.options.decode_threads,
-            on_bad_chunk=self.on_bad_chunk,
-            chunk_transforms=chains.transforms,
-            retry=retry,
-            decoders=decoders,
-            track_sources=self.cache_options.persist,
-            error_fills=chains.error_fills,
-        )
-
-    def _sample_coord(self) -> tuple[str, np.ndarray | LazyValues] | None:
-        """The sample coordinate as batches carry it: maybe still being read (insitu.arrays.lazycoords)."""
-        dim = self.sample_dim
-        if dim is None:
-            return None
-        coords = self.labels[0].coords
-        # A failed read stays lazy: its error is raised where the values are used, not here.
-        ready = not isinstance(coords, LazyCoords) or (coords.ready and not coords.failed)
-        values = coords.get(dim) if ready else LazyValues(coords, dim)
-        return None if values is None else (dim, values)
 
     # -- the options users read back --------------------------------------------
     @property
@@ -354,48 +290,14 @@ class InSituDataset:
         included: found by running the batch transforms once on a batch of zeros of the pooled
         shapes (a framework adapter declares these before any data is read). A transform that
         fails on zeros leaves the description of the pooled arrays."""
-        pooled: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
-            label: (spec.sample_shape, spec.dtype) for label, spec in self.label_specs.items()
-        }
-        pooled |= {label: (v.shape[1:], v.dtype) for label, v in self.static_values.items()}
-        transforms = self.gatherer.batch_transforms
-        if not transforms:
-            return pooled
-        n = 2
-        anchors = np.full(n, self.anchor_range[0], dtype=np.int64)
-        data = {
-            label: np.zeros((1 if label in self.static_values else n, *shape), dtype)
-            for label, (shape, dtype) in pooled.items()
-        }
-        reads = {g.label: anchors + g.offset for g in self.labels}
-        batch = Batch(data, anchors, reads, "describe", 0, 0, None, sample_dim=self.sample_dim)
-        try:
-            for t in transforms:
-                batch = t(batch)
-        except Exception:
-            stats_logger.debug("batch transforms fail on zeros; describing the pooled arrays", exc_info=True)
-            return pooled
-        return {label: (tuple(np.shape(v)[1:]), np.asarray(v).dtype) for label, v in batch.items()}
+        return self._parts.gatherer.describe(self.anchor_range[0], self.sample_dim)
 
     @property
     def coords(self) -> dict[str, np.ndarray]:
         """Coordinate values of every dimension the labels deliver (selections applied), and of
         the sample dimension (every sample). A dimension two labels select differently is left
         out: read it per label with :meth:`coords_of`."""
-        found: dict[str, np.ndarray] = {}
-        clash: set[str] = set()
-        geoms = [*self.labels, *self.statics]
-        for g in geoms:
-            for dim in g.delivered_dims:
-                values = g.coord(dim) if dim is not None else None
-                if dim is None or values is None:
-                    continue
-                if dim in found and not np.array_equal(found[dim], values):
-                    clash.add(dim)
-                found.setdefault(dim, values)
-        if self.sample_dim is not None and self.sample_dim in self.labels[0].coords:
-            found[self.sample_dim] = self.labels[0].coords[self.sample_dim]
-        return {d: v for d, v in found.items() if d not in clash}
+        return self._labels.coords()
 
     def label_coords(self, label: str) -> dict[str, np.ndarray]:
         """Deprecated spelling of :meth:`coords_of`."""
@@ -410,12 +312,7 @@ class InSituDataset:
         """Coordinate values of the dimensions of one delivered sample of ``label`` (static: of the
         delivered array), selection applied. ``batch.coords_of(label)`` gives the sample
         coordinate of each row of a batch."""
-        for g in (*self.labels, *self.statics):
-            if g.label == label:
-                return {d: v for d in g.delivered_dims if d is not None and (v := g.coord(d)) is not None}
-        raise ConfigError(
-            f"unknown label {label!r}; labels are {[g.label for g in (*self.labels, *self.statics)]}"
-        )
+        return self._labels.coords_of(label)
 
     # -- views ------------------------------------------------------------------
     def view(self, split: str, *, rank: int | None = None, world_size: int | None = None) -> DatasetView:
@@ -491,8 +388,7 @@ class InSituDataset:
     def data_identity(self) -> dict[str, str]:
         """What resume states record of the data they were made on: a digest of the store's identity
         and one of every read array's Zarr metadata (computed once; no read of the store)."""
-        arrays = {g.path: metadata_digest(g.metadata) for g in (*self.labels, *self.statics)}
-        return {"store": store_digest(self.store), "arrays": metadata_digest(arrays)}
+        return identity_of_data(self.store, self._labels.every)
 
     # -- statistics and lifetime -------------------------------------------------
     @property
@@ -581,36 +477,7 @@ class InSituDataset:
             iterators = list(self._iterators)
         for it in iterators:
             it.wake_closed()
-        if in_loop_thread():
-            self._abandon()
-            return
-        if loop_exited():  # close() from an exit handler that ran after the loop stopped
-            self.engine.abandon()
-            self.gatherer.shutdown(wait=False)
-            if self._cache is not None:
-                try:
-                    self._cache.save(self.pool)  # the slabs that finished loading, as close() promises
-                finally:
-                    self._cache.release()
-            return
-        run_sync(self.engine.aclose())
-        self.engine.shutdown_threads()
-        self.gatherer.shutdown()
-        if self._cache is not None:
-            try:
-                self._cache.save(self.pool)
-            finally:
-                self._cache.release()
-
-    def _abandon(self) -> None:
-        """Release without waiting for or starting any thread (finalisers, the loop thread).
-
-        A persistent cache is not saved: its index was removed when this run
-        adopted it, so the next run starts from an empty, never a wrong, cache."""
-        self.engine.abandon()
-        self.gatherer.shutdown(wait=False)
-        if self._cache is not None:
-            self._cache.release()
+        self._parts.close()
 
     def __repr__(self) -> str:
         labels = ", ".join(g.label for g in self.labels)
@@ -637,7 +504,7 @@ class InSituDataset:
         with contextlib.suppress(Exception):
             for it in list(self._iterators):
                 it.wake_closed()
-            self._abandon()
+            self._parts.abandon()
 
 
 def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
@@ -647,20 +514,6 @@ def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
     return retry or RetryPolicy()
-
-
-def _check_retry_owner(store: Store, retry: RetryPolicy | None) -> None:
-    """A store that retries by itself runs every read under its own policy; a different ``retry=``
-    here would be silently ignored, so it is refused, saying where the policy belongs."""
-    if retry is None or not isinstance(store, RetriesItself):
-        return
-    own = store.insitu_retry_policy
-    if own != retry:
-        raise ConfigError(
-            f"retry={retry!r} would not apply: the store {getattr(store, 'url', None) or store} retries by "
-            f"itself under its own policy ({own!r}); give the policy to the store instead, e.g. "
-            "insitu.open_store(url, retry=...) or obstore_store(url, retry=...)"
-        )
 
 
 def _sample_axis_of(manifest: SplitManifest) -> str | int:

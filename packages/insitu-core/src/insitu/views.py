@@ -13,77 +13,54 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import queue
-import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from insitu.batch import Batch
-from insitu.engine.epoch import END, EpochRun
+from insitu.engine.passes import CLOSED, END
 from insitu.errors import ConfigError, DatasetClosedError
-from insitu.options import BadChunkPolicy, check_rank
+from insitu.options import check_rank
 from insitu.plan import memory_model
 from insitu.plan.elastic import Segment
 from insitu.plan.order import ORDER_VERSION
+from insitu.plan.position import ElasticEpoch, PassProgress, view_state
 from insitu.plan.reads import EpochPlan
-from insitu.plan.resume_state import STATE_FORMAT, resume_point
+from insitu.plan.resume_state import ResumePoint, resume_point
 from insitu.progress import Progress, track
 from insitu.stats import PassReport, Stats, difference
-from insitu.store.loop import in_loop_thread, submit
 
 if TYPE_CHECKING:
     from insitu.arrays.geometry import ArrayGeometry
     from insitu.arrays.transforms import SlabSpec
-    from insitu.engine.gather import Gatherer
-    from insitu.engine.loader import Engine
-    from insitu.options import ReadOptions
+    from insitu.engine.passes import PassService
+    from insitu.options import ReadOptions, ShardOptions
     from insitu.plan.splits import SplitManifest
-
-CLOSED = object()  # put in a run's queue by close(): wakes a consumer blocked on it
 
 
 class ViewHost(Protocol):
     """What a view and its iterators use of the dataset that made them (``InSituDataset``).
 
     Views depend on this narrow interface, not on the dataset module, so the
-    dataset can import its views without a cycle.
+    dataset can import its views without a cycle. They read settings from the
+    validated options only, and reach the engine only through the iteration
+    service (``passes``): starting a pass, and counting the consumer's time.
     """
 
     options: ReadOptions
-    on_bad_chunk: BadChunkPolicy
+    sharding: ShardOptions
     manifest: SplitManifest
     labels: tuple[ArrayGeometry, ...]
     label_specs: dict[str, SlabSpec]
     static_values: dict[str, np.ndarray]
-    engine: Engine
-    gatherer: Gatherer
+    passes: PassService
 
     @property
     def epoch(self) -> int:
         """The epoch whose order the next pass follows."""
-
-    @property
-    def batch_size(self) -> int:
-        """Samples per batch."""
-
-    @property
-    def drop_last(self) -> bool:
-        """Whether a short last batch is dropped."""
-
-    @property
-    def seed(self) -> int:
-        """The shuffle seed."""
-
-    @property
-    def block_chunks(self) -> int:
-        """Chunks shuffled together in one block."""
-
-    @property
-    def uneven(self) -> str:
-        """How uneven ranks are evened: ``"drop"`` or ``"pad"``."""
 
     @property
     def closed(self) -> bool:
@@ -133,6 +110,46 @@ class ViewHost(Protocol):
         """Log one ended pass and hand it to the stats callbacks."""
 
 
+@dataclass(frozen=True, slots=True)
+class ViewTotals:
+    """Totals over every pass of a view that ended (``view.totals`` reads them as a dict)."""
+
+    passes: int = 0
+    batches: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+    waiting_s: float = 0.0
+
+    def plus(self, report: PassReport) -> ViewTotals:
+        """These totals with one more ended pass."""
+        return ViewTotals(
+            self.passes + 1,
+            self.batches + report.batches,
+            self.samples + report.samples,
+            self.seconds + report.seconds,
+            self.waiting_s + report.waiting_s,
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        """The totals keyed by name: passes, batches, samples, seconds, waiting_s."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class PassTally:
+    """What one pass has delivered so far and how long its consumer waited; owned by its iterator
+    alone, counted in place once per batch."""
+
+    batches: int = 0
+    samples: int = 0
+    waiting_s: float = 0.0
+
+    def delivered(self, samples: int) -> None:
+        """One more batch of ``samples`` rows handed to the consumer."""
+        self.batches += 1
+        self.samples += samples
+
+
 class DatasetView:
     """One split of a dataset, on one rank. Iterate for batches; ``len()`` is batches per epoch."""
 
@@ -142,20 +159,12 @@ class DatasetView:
         self.shuffle = shuffle
         self.rank = rank
         self.world_size = world_size
-        # (epoch, batches handed out, the epoch's earlier segments) of the last pass
-        self._progress: tuple[int, int, tuple[Segment, ...]] | None = None
-        self._resume: tuple[int, int] | None = None  # (epoch, first batch) for the next pass
-        # (epoch, its earlier segments at other world sizes): that epoch is the rest they left
-        self._elastic: tuple[int, tuple[Segment, ...]] | None = None
+        # Named records (insitu.plan.position), each replaced whole as the view moves.
+        self._progress: PassProgress | None = None  # the latest pass's (or the loaded state's)
+        self._resume: ResumePoint | None = None  # where the next pass starts; taken by it
+        self._elastic: ElasticEpoch | None = None  # an epoch resumed from another world size
+        self._totals = ViewTotals()
         self.last_pass: PassReport | None = None  # the report of the last pass that ended
-        #: Totals over every pass of this view: passes, batches, samples, seconds, waiting_s.
-        self.totals: dict[str, float] = {
-            "passes": 0,
-            "batches": 0,
-            "samples": 0,
-            "seconds": 0.0,
-            "waiting_s": 0.0,
-        }
 
     def iter(self, *, progress: Progress = False) -> Iterator[Batch]:
         """One pass, as ``iter(view)``, with opt-in progress: ``progress=True`` shows a tqdm bar on
@@ -187,12 +196,18 @@ class DatasetView:
     @property
     def batch_size(self) -> int:
         """Samples per batch."""
-        return self.dataset.batch_size
+        return self.dataset.options.batch_size
 
     @property
     def drop_last(self) -> bool:
         """Whether a short last batch is dropped."""
-        return self.dataset.drop_last
+        return self.dataset.options.drop_last
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """Totals over every pass of this view that ended: passes, batches, samples, seconds,
+        waiting_s (a new dict each time)."""
+        return self._totals.as_dict()
 
     @property
     def resuming(self) -> bool:
@@ -201,7 +216,7 @@ class DatasetView:
         pass over a whole epoch yields another number of batches."""
         if self._resume is None:
             return False
-        return self._resume[1] > 0 or bool(self.resumed_from)
+        return self._resume.start > 0 or bool(self.resumed_from)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -247,7 +262,7 @@ class DatasetView:
         """The current epoch's segments at other world sizes, when a state loaded from another world
         size made this epoch the rest they left (empty otherwise)."""
         elastic = self._elastic
-        return elastic[1] if elastic is not None and elastic[0] == self.dataset.epoch else ()
+        return elastic.segments_in(self.dataset.epoch) if elastic is not None else ()
 
     def plan(self) -> EpochPlan:
         """The read plan of this view for the dataset's current epoch (the rest of it, when resumed
@@ -276,8 +291,8 @@ class DatasetView:
         start = 0
         resume, self._resume = self._resume, None
         plan = self.plan()
-        if resume is not None and resume[0] == epoch:
-            start = min(resume[1], plan.n_batches)
+        if resume is not None and resume.epoch == epoch:
+            start = min(resume.start, plan.n_batches)
         return ViewIterator(self, plan, epoch, start, self.resumed_from)
 
     # -- exact resume -----------------------------------------------------------
@@ -290,14 +305,8 @@ class DatasetView:
         world size, the new ranks share what the old ones left of the epoch
         (see ``docs/distributed.md``).
         """
-        epoch, done, history = self._progress if self._progress is not None else (self.dataset.epoch, 0, ())
-        return {
-            "format": STATE_FORMAT,
-            "epoch": epoch,
-            "batches_done": done,
-            "resumed_from": [segment.to_json() for segment in history],
-            **self._identity(),
-        }
+        progress = self._progress if self._progress is not None else PassProgress(self.dataset.epoch)
+        return view_state(progress, self._identity())
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Resume from :meth:`state_dict`: sets the epoch; the next iteration skips the batches done.
@@ -314,28 +323,28 @@ class DatasetView:
         """
         point = resume_point(state, self._identity(), rank=self.rank, world_size=self.world_size)
         self.dataset.set_epoch(point.epoch)
-        self._elastic = (point.epoch, point.resumed_from) if point.resumed_from else None
+        self._elastic = ElasticEpoch.of(point)
         n_batches = self.plan().n_batches  # the elastic order checks the old ranks' counts itself
         if point.start > n_batches:
             raise ConfigError(
                 f"state has batches_done={point.start}, but epoch {point.epoch} of split {self.split!r} "
                 f"on rank {self.rank} of {self.world_size} is {n_batches} batch(es) long"
             )
-        self._resume = (point.epoch, point.start)
-        self._progress = (point.epoch, point.start, point.resumed_from)
+        self._resume = point
+        self._progress = PassProgress.resumed(point)
 
     def _identity(self) -> dict[str, Any]:
-        ds = self.dataset
+        ds, options = self.dataset, self.dataset.options
         return {
             "split": self.split,
             "shuffle": self.shuffle,
-            "seed": ds.seed,
-            "batch_size": ds.batch_size,
-            "drop_last": ds.drop_last,
-            "block_chunks": ds.block_chunks,
+            "seed": options.seed,
+            "batch_size": options.batch_size,
+            "drop_last": options.drop_last,
+            "block_chunks": options.block_chunks,
             "rank": self.rank,
             "world_size": self.world_size,
-            "uneven": ds.uneven,
+            "uneven": ds.sharding.uneven,
             "labels": [g.label for g in ds.labels],
             "manifest": ds.manifest.digest,
             # The sample order's version: a state from a version that shuffled differently would
@@ -344,16 +353,26 @@ class DatasetView:
             **ds.data_identity,
         }
 
+    # -- called by this view's iterators ------------------------------------------
+    def _record_progress(self, progress: PassProgress) -> None:
+        """Where the view's latest pass stands now (what ``state_dict`` reports)."""
+        self._progress = progress
+
+    def _record_pass(self, report: PassReport) -> None:
+        """A pass over this view ended: keep its report and count it in the totals."""
+        self.last_pass = report
+        self._totals = self._totals.plus(report)
+
     def __repr__(self) -> str:
         return f"DatasetView(split={self.split!r}, shuffle={self.shuffle}, batch_size={self.batch_size})"
 
 
 class ViewIterator(Iterator[Batch]):
-    """One pass over a view: owns its epoch run, its progress and its registration with the dataset.
+    """One pass over a view: owns its running pass, its progress and its registration with the dataset.
 
-    The run starts on the first ``next()``. ``close()`` (also called when the
+    The pass starts on the first ``next()``. ``close()`` (also called when the
     iterator is exhausted, garbage-collected, or its dataset is closed)
-    cancels the run and releases its pool slots; a consumer blocked in
+    cancels the pass and releases its pool slots; a consumer blocked in
     ``next()`` when the dataset closes gets :class:`DatasetClosedError`.
     """
 
@@ -367,34 +386,30 @@ class ViewIterator(Iterator[Batch]):
     ) -> None:
         ds = view.dataset
         self.view = view
-        self.epoch = epoch
-        self.batches_done = start_batch
         self._dataset = ds
-        self._engine = ds.engine
-        self._loop = ds.engine.loop
-        self._run = EpochRun(
-            ds.engine,
-            ds.gatherer,
-            plan,
-            split=view.split,
-            epoch=epoch,
-            prefetch=ds.options.prefetch,
-            readahead_blocks=ds.options.readahead_blocks,
-            skip_bad=ds.on_bad_chunk is BadChunkPolicy.SKIP,
-            drop_short=ds.drop_last,
-            start_batch=start_batch,
-        )
+        self._passes = ds.passes
+        self._run = ds.passes.start(plan, split=view.split, epoch=epoch, start_batch=start_batch)
         self._future: concurrent.futures.Future[None] | None = None
         self._finished = False
         self._started_at = 0.0
-        self._before: Stats | None = None  # the engine's counters when this pass started
-        self._pass = {"batches": 0, "samples": 0, "waiting_s": 0.0}
-        self._resumed_from = resumed_from
+        self._before: Stats | None = None  # the dataset's counters when this pass started
+        self._tally = PassTally()
+        self._progress = PassProgress(epoch, start_batch, resumed_from)
         ds.register(self)
-        view._progress = (epoch, start_batch, resumed_from)
+        view._record_progress(self._progress)
 
     def __iter__(self) -> ViewIterator:
         return self
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this pass reads."""
+        return self._progress.epoch
+
+    @property
+    def batches_done(self) -> int:
+        """Batches of the epoch handed out so far (those a resumed pass skipped included)."""
+        return self._progress.batches_done
 
     @property
     def readahead_bytes(self) -> int:
@@ -420,27 +435,27 @@ class ViewIterator(Iterator[Batch]):
         if self._future is None:
             self._before = ds.stats
             self._started_at = time.perf_counter()
-            self._future = submit(self._run.main())
-        run, stats = self._run, self._engine.stats
+            self._future = self._run.launch()
+        run, passes, tally = self._run, self._passes, self._tally
         while True:
             t0 = time.perf_counter()
             try:
-                item = run.out.get(timeout=0.5)
+                item = run.next_item(timeout=0.5)
             except queue.Empty:
                 waited = time.perf_counter() - t0
-                stats.waiting_s += waited
-                self._pass["waiting_s"] += waited
+                passes.count_waiting(waited)
+                tally.waiting_s += waited
                 if _is_closed(ds):  # closed meanwhile, by another thread
                     item = CLOSED
-                elif self._future.done() and run.out.empty():
+                elif self._future.done() and run.drained():
                     self._finish(wait=False)
                     self._future.result()  # re-raise a crash of the run itself
                     raise RuntimeError("insitu: epoch ended without a final marker") from None
                 else:
                     continue
             waited = time.perf_counter() - t0
-            stats.waiting_s += waited
-            self._pass["waiting_s"] += waited
+            passes.count_waiting(waited)
+            tally.waiting_s += waited
             if item is END:
                 self._finish(wait=True, report=True, completed=True)
                 raise StopIteration
@@ -456,15 +471,11 @@ class ViewIterator(Iterator[Batch]):
                 # the dataset: one garbage collection then missed the dataset and its threads.
                 self._finish(wait=True, cancel=False)
                 raise item
-            self._loop.call_soon_threadsafe(run.release_credit)
-            self.batches_done = item.index + 1
-            self.view._progress = (
-                self.epoch,
-                self.batches_done,
-                self._resumed_from,
-            )  # counted as handed out once returned
-            self._pass["batches"] += 1
-            self._pass["samples"] += item.size
+            run.took_batch()
+            # Counted as handed out once returned.
+            self._progress = self._progress.advanced_to(item.index + 1)
+            self.view._record_progress(self._progress)
+            tally.delivered(item.size)
             return item
 
     def close(self) -> None:
@@ -473,12 +484,7 @@ class ViewIterator(Iterator[Batch]):
 
     def wake_closed(self) -> None:
         """The dataset is closing: cancel the run and wake a consumer blocked in ``next()``."""
-        self._cancel()
-        self._run.out.put(CLOSED)
-
-    def _cancel(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nothing is running there
-            self._loop.call_soon_threadsafe(self._run.cancel)
+        self._run.wake_closed()
 
     def _finish(
         self, *, wait: bool, report: bool = False, completed: bool = False, cancel: bool = True
@@ -490,40 +496,32 @@ class ViewIterator(Iterator[Batch]):
         if self._future is None:
             return
         seconds = time.perf_counter() - self._started_at
-        self._engine.stats.iterating_s += seconds
+        self._passes.count_iterating(seconds)
         if report:  # a pass ended on the consumer's thread (never from a finaliser)
             self._report(seconds, completed)
         if cancel:
-            self._cancel()
-        # Waiting lets the run release its pins before a next pass starts. Never from the loop's
-        # own thread (it would wait for itself) or while the interpreter shuts down.
-        if wait and not in_loop_thread() and not sys.is_finalizing() and threading.main_thread().is_alive():
-            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
-                self._future.result(timeout=60)
+            self._run.cancel()
+        # Waiting lets the run release its pins before a next pass starts.
+        if wait:
+            self._run.wait_stopped(self._future)
 
     def _report(self, seconds: float, completed: bool) -> None:
-        view, done = self.view, self._pass
+        view, done = self.view, self._tally
         before = self._before if self._before is not None else Stats()
         report = PassReport(
             split=view.split,
             epoch=self.epoch,
             rank=view.rank,
             world_size=view.world_size,
-            batches=int(done["batches"]),
-            samples=int(done["samples"]),
+            batches=done.batches,
+            samples=done.samples,
             seconds=seconds,
-            waiting_s=float(done["waiting_s"]),
+            waiting_s=done.waiting_s,
             completed=completed,
             engine=difference(self._dataset.stats, before),
-            inflight=self._engine.inflight_limits(before.inflight_changes),
+            inflight=self._passes.inflight_limits(before.inflight_changes),
         )
-        view.last_pass = report
-        totals = view.totals
-        totals["passes"] += 1
-        totals["batches"] += report.batches
-        totals["samples"] += report.samples
-        totals["seconds"] += seconds
-        totals["waiting_s"] += report.waiting_s
+        view._record_pass(report)
         self._dataset.report_pass(report)
 
     def __del__(self) -> None:

@@ -1,5 +1,6 @@
 """Which arrays a dataset delivers, under which labels: the geometries given (or discovered),
-checked, split into sample-bearing labels and static fields."""
+checked, split into sample-bearing labels and static fields; what each array becomes after its
+chunk transforms; and the coordinates the labels deliver."""
 
 from __future__ import annotations
 
@@ -7,12 +8,32 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from zarr.abc.store import Store
 
+from insitu.arrays.chains import ChunkChains, check_nan_fill, chunk_chains
 from insitu.arrays.discovery import open_geometries
 from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.lazycoords import LazyCoords, LazyValues
+from insitu.arrays.statics import static_spec
+from insitu.arrays.transforms import ChunkTransform, SlabSpec, output_spec
 from insitu.errors import ConfigError
 from insitu.store.retry import RetryPolicy
+
+# ArrayGeometry and ChunkTransform are the types of what resolve_labels and Labels.outputs take:
+# listed so that a caller forwarding the user's arguments (the dataset) names them from here.
+__all__ = ["ArrayGeometry", "ArrayOutputs", "ChunkTransform", "Labels", "resolve_labels"]
+
+
+@dataclass(frozen=True)
+class ArrayOutputs:
+    """What the arrays become after their chunk transforms: each array's chain, the slab it pools
+    (by array path) and delivers (by sampled label), and the bytes each static field holds."""
+
+    chains: ChunkChains
+    specs: dict[str, SlabSpec]
+    label_specs: dict[str, SlabSpec]
+    static_nbytes: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -38,6 +59,66 @@ class Labels:
         """The sample dimension's name when every label names it alike, else None."""
         names = {g.sample_dim for g in self.sampled}
         return names.pop() if len(names) == 1 else None
+
+    def outputs(
+        self,
+        chunk_transforms: Sequence[ChunkTransform] | Mapping[str, Sequence[ChunkTransform]],
+        cf_decode: bool | Mapping[str, bool],
+        *,
+        nan_fill: bool,
+    ) -> ArrayOutputs:
+        """The chains of the pooled arrays and static fields (CF decoding first unless
+        ``cf_decode`` turns it off) and the output each makes, found by running them once on zeros;
+        ``nan_fill`` (``on_bad_chunk="nan"``) refuses integer arrays no fill value marks as bad."""
+        arrays = self.pooled
+        chains = chunk_chains(chunk_transforms, cf_decode, [*arrays.values(), *self.statics], self.every)
+        if nan_fill:
+            check_nan_fill(list(arrays.values()), chains)
+        specs = {path: output_spec(g, chains.of(path)) for path, g in arrays.items()}
+        return ArrayOutputs(
+            chains,
+            specs,
+            {g.label: specs[g.path] for g in self.sampled},
+            {g.label: static_spec(g, chains.of(g.path)).nbytes for g in self.statics},
+        )
+
+    # -- coordinates ------------------------------------------------------------
+    def coords(self) -> dict[str, np.ndarray]:
+        """Coordinate values of every dimension the labels deliver (selections applied), and of
+        the sample dimension (every sample); a dimension two labels select differently is left out."""
+        found: dict[str, np.ndarray] = {}
+        clash: set[str] = set()
+        for g in self.every:
+            for dim in g.delivered_dims:
+                values = g.coord(dim) if dim is not None else None
+                if dim is None or values is None:
+                    continue
+                if dim in found and not np.array_equal(found[dim], values):
+                    clash.add(dim)
+                found.setdefault(dim, values)
+        sample_dim = self.sample_dim
+        if sample_dim is not None and sample_dim in self.sampled[0].coords:
+            found[sample_dim] = self.sampled[0].coords[sample_dim]
+        return {d: v for d, v in found.items() if d not in clash}
+
+    def coords_of(self, label: str) -> dict[str, np.ndarray]:
+        """Coordinate values of the dimensions of one delivered sample of ``label`` (static: of the
+        delivered array), selection applied; an unknown label is a ConfigError listing the labels."""
+        for g in self.every:
+            if g.label == label:
+                return {d: v for d in g.delivered_dims if d is not None and (v := g.coord(d)) is not None}
+        raise ConfigError(f"unknown label {label!r}; labels are {[g.label for g in self.every]}")
+
+    def sample_coord(self) -> tuple[str, np.ndarray | LazyValues] | None:
+        """The sample coordinate as batches carry it: maybe still being read (insitu.arrays.lazycoords)."""
+        dim = self.sample_dim
+        if dim is None:
+            return None
+        coords = self.sampled[0].coords
+        # A failed read stays lazy: its error is raised where the values are used, not here.
+        ready = not isinstance(coords, LazyCoords) or (coords.ready and not coords.failed)
+        values = coords.get(dim) if ready else LazyValues(coords, dim)
+        return None if values is None else (dim, values)
 
 
 def resolve_labels(

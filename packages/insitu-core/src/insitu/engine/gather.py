@@ -8,6 +8,7 @@ transforms run there too.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,6 +24,7 @@ from insitu.engine.pool import ChunkPool
 from insitu.errors import ConfigError
 
 BatchTransform = Callable[[Batch], Batch]
+logger = logging.getLogger("insitu.epoch")
 
 
 class BatchRows:
@@ -173,6 +175,35 @@ class Gatherer:
         for t in self.batch_transforms:
             batch = t(batch)
         return batch
+
+    def describe(
+        self, anchor: int, sample_dim: str | None
+    ) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """``{label: (sample shape, dtype)}`` of the arrays batches deliver, batch transforms included:
+        found by running the batch transforms once on a batch of zeros of the pooled shapes, its
+        samples anchored at ``anchor``. A transform that fails on zeros leaves the description of
+        the pooled arrays."""
+        pooled: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
+            label: (spec.sample_shape, spec.dtype) for label, spec in self.specs.items()
+        }
+        pooled |= {label: (v.shape[1:], v.dtype) for label, v in self.statics.items()}
+        if not self.batch_transforms:
+            return pooled
+        n = 2
+        anchors = np.full(n, anchor, dtype=np.int64)
+        data = {
+            label: np.zeros((1 if label in self.statics else n, *shape), dtype)
+            for label, (shape, dtype) in pooled.items()
+        }
+        reads = {g.label: anchors + g.offset for g in self.labels}
+        batch = Batch(data, anchors, reads, "describe", 0, 0, None, sample_dim=sample_dim)
+        try:
+            for t in self.batch_transforms:
+                batch = t(batch)
+        except Exception:
+            logger.debug("batch transforms fail on zeros; describing the pooled arrays", exc_info=True)
+            return pooled
+        return {label: (tuple(np.shape(v)[1:]), np.asarray(v).dtype) for label, v in batch.items()}
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the gather thread; ``wait=False`` cancels queued gathers instead of finishing them."""

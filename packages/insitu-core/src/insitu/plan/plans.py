@@ -8,11 +8,26 @@ from collections.abc import Sequence
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.options import ReadOptions, ShardOptions
+from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
 from insitu.plan.order import order_with_runs
 from insitu.plan.reads import EpochPlan, plan_epoch
 from insitu.plan.splits import SplitManifest
 from insitu.plan.temporaries import without_hugepage_hint
+
+# EpochPlan and Segment are what EpochPlans.get returns and takes: listed so that a caller
+# forwarding it (the dataset's plan()) names them from here.
+__all__ = ["EpochPlan", "EpochPlans", "Segment", "dataset_plans"]
+
+
+def dataset_plans(
+    manifest: SplitManifest, labels: Sequence[ArrayGeometry], options: ReadOptions, sharding: ShardOptions
+) -> EpochPlans:
+    """The plans of a dataset's labels, anchored where every label reads inside its array; what each
+    split loses to that at the ends of the data is logged (a split left with nothing is refused)."""
+    anchors = anchor_range(labels, manifest)
+    unused = unused_anchors(manifest, anchors, labels)
+    return EpochPlans(manifest, labels, anchors, options, sharding, unused_anchors=unused)
 
 
 class EpochPlans:
@@ -25,10 +40,13 @@ class EpochPlans:
         anchors: tuple[int, int],
         options: ReadOptions,
         sharding: ShardOptions,
+        *,
+        unused_anchors: dict[str, int] | None = None,
     ) -> None:
         self.manifest = manifest
         self.labels = tuple(labels)
         self.anchors = anchors
+        self.unused_anchors = dict(unused_anchors or {})  # per split, its samples that cannot anchor
         self.options = options
         self.sharding = sharding
         self._lock = threading.Lock()

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
+from insitu.errors import ConfigError
+
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
 
@@ -172,6 +174,21 @@ def capabilities_of(store: object) -> StoreCapabilities:
         retry_policy=store.insitu_retry_policy if isinstance(store, RetriesItself) else None,
         reports_retries=isinstance(store, ReportsRetries),
     )
+
+
+def check_retry_owner(store: Store, retry: RetryPolicy | None) -> None:
+    """Refuse a ``retry=`` given beside a store that retries by itself: that store runs every read
+    under its own policy, so a different one would be silently ignored; the ConfigError says where
+    the policy belongs."""
+    if retry is None or not isinstance(store, RetriesItself):
+        return
+    own = store.insitu_retry_policy
+    if own != retry:
+        raise ConfigError(
+            f"retry={retry!r} would not apply: the store {getattr(store, 'url', None) or store} retries by "
+            f"itself under its own policy ({own!r}); give the policy to the store instead, e.g. "
+            "insitu.open_store(url, retry=...) or obstore_store(url, retry=...)"
+        )
 
 
 def store_identity(store: Store | IdentifiedStore) -> str:
