@@ -45,12 +45,35 @@ from insitu.store.zarr_reads import SLAB_SOURCES, FetchingStore
 
 
 @dataclass(frozen=True)
-class LoadSettings:
-    """What one array's loader is told at construction, from the dataset's options."""
+class EngineSettings:
+    """The dataset's settings the engine and its loaders read, in one record built where the
+    dataset's options are (``insitu.engine.parts``): a new knob is a field here, the line that
+    fills it there, and the place that uses it; no part reads another's settings back."""
 
+    max_inflight: int  # the cap on requests in flight (the controller picks the number under it)
+    decode_threads: int
     on_bad_chunk: BadChunkPolicy
-    track_sources: bool  # record what each slab was read from (a persisted cache checks it on reuse)
+    retry: RetryPolicy
+    decoders: Sequence[str] | None = None  # registered decoders to try, in order (None: all)
+    track_sources: bool = False  # record what each slab was read from (a persisted cache checks it on reuse)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """What one array's loader is told at construction: the engine's settings and its own fill."""
+
+    engine: EngineSettings
     error_fill: Any  # written over the samples of a chunk that fails (None: on_bad_chunk="raise")
+
+    @property
+    def on_bad_chunk(self) -> BadChunkPolicy:
+        """What a chunk that cannot be read or decoded becomes."""
+        return self.engine.on_bad_chunk
+
+    @property
+    def track_sources(self) -> bool:
+        """Whether each slab records what it was read from."""
+        return self.engine.track_sources
 
 
 @dataclass(frozen=True)
@@ -77,21 +100,17 @@ class Engine:
         store: Store,
         pool: ChunkPool,
         loop: asyncio.AbstractEventLoop,
+        settings: EngineSettings,
         *,
-        max_inflight: int,
-        decode_threads: int,
-        on_bad_chunk: BadChunkPolicy,
         chunk_transforms: Mapping[str, Sequence[ChunkTransform]],
-        retry: RetryPolicy,
-        decoders: Sequence[str] | None = None,
-        track_sources: bool = False,
         error_fills: Mapping[str, Any] | None = None,
     ) -> None:
+        max_inflight, decode_threads = settings.max_inflight, settings.decode_threads
         self.store = store
         self.pool = pool
         self.loop = loop
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.fetcher = ChunkFetcher(store, retry)
+        self.fetcher = ChunkFetcher(store, settings.retry)
         self.executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="insitu-io")  # cache checks
         self.pump = DecodePump(loop, decode_threads)
         # Requests in flight to the store: chosen by a controller, at most max_inflight (see
@@ -126,9 +145,9 @@ class Engine:
         self.loaders = {
             path: ArrayLoader(
                 apool,
-                _reader_for(apool.geom, decoders),
+                _reader_for(apool.geom, settings.decoders),
                 tuple(chunk_transforms.get(apool.geom.path, ())),
-                LoadSettings(on_bad_chunk, track_sources, _error_fill(apool.geom, on_bad_chunk, fills)),
+                LoadSettings(settings, _error_fill(apool.geom, settings.on_bad_chunk, fills)),
                 services,
             )
             for path, apool in pool.arrays.items()

@@ -24,7 +24,7 @@ from insitu.arrays.labels import ArrayOutputs, Labels
 from insitu.arrays.statics import read_statics
 from insitu.engine.cache import PersistentCache, metadata_digest, store_digest
 from insitu.engine.gather import BatchTransform, Gatherer
-from insitu.engine.loader import Engine
+from insitu.engine.loader import Engine, EngineSettings
 from insitu.engine.passes import PassService
 from insitu.engine.pool import ChunkPool
 from insitu.engine.residency import open_pool
@@ -134,17 +134,20 @@ def start_parts(
         pool, persisted = open_pool(store, labels.pooled, outputs.specs, memory, cache, chains.transforms)
         if persisted is not None:
             undo.callback(persisted.release)
+        settings = EngineSettings(
+            max_inflight=options.max_inflight,
+            decode_threads=options.decode_threads,
+            on_bad_chunk=on_bad_chunk,
+            retry=retry,
+            decoders=decoders,
+            track_sources=cache.persist,
+        )
         engine = Engine(
             store,
             pool,
             get_loop(),
-            max_inflight=options.max_inflight,
-            decode_threads=options.decode_threads,
-            on_bad_chunk=on_bad_chunk,
+            settings,
             chunk_transforms=chains.transforms,
-            retry=retry,
-            decoders=decoders,
-            track_sources=cache.persist,
             error_fills=chains.error_fills,
         )
         undo.callback(engine.shutdown_threads)
