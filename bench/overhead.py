@@ -34,7 +34,6 @@ Prints the table and writes ``overhead.json`` to ``--out`` (default
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -251,18 +250,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, medians of {args.repeats}"
     )
     print(format_table(rows, skipped))
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": portable_paths(" ".join(["python bench/overhead.py", *(argv or sys.argv[1:])])),
-        "cpus": os.cpu_count(),
-        "chunks": args.chunks,
-        "sample_shape": list(args.sample_shape),
-        "chunk_bytes": nbytes,
-        "repeats": args.repeats,
-        "rows": rows,
-        "skipped": skipped,
-    }
-    (args.out / "overhead.json").write_text(json.dumps(record, indent=1))
+    tiny_chunks.write_record(
+        args.out,
+        "overhead",
+        argv if argv is not None else sys.argv[1:],
+        chunks=args.chunks,
+        sample_shape=list(args.sample_shape),
+        chunk_bytes=nbytes,
+        repeats=args.repeats,
+        rows=rows,
+        skipped=skipped,
+    )
     return 0
 
 

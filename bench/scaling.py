@@ -44,7 +44,6 @@ Prints both tables and writes ``scaling.json`` to ``--out`` (default
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -60,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "suite"))
 
 import tiny_chunks
 import wait_decoder
-from portable import REPO, portable_paths
+from portable import REPO
 
 HERE = Path(__file__).resolve().parent
 
@@ -251,22 +250,21 @@ def main(argv: list[str] | None = None) -> int:
         "min(cores x decode rate, serial limit x chunk bytes)"
     )
     print(format_projection(cells))
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": portable_paths(" ".join(["python bench/scaling.py", *(argv or sys.argv[1:])])),
-        "cpus": os.cpu_count(),
-        "chunks": args.chunks,
-        "wait_ms": args.wait_ms,
-        "sleep_ms": wait * 1e3,
-        "repeats": args.repeats,
-        "measured": rows,
-        "serial_limit_chunks_per_s": limit,
-        "plateau_reached": reached,
-        "decode_GBps_per_core": args.decode_gbps_per_core,
-        "sample_bytes": SAMPLE_BYTES,
-        "projection": cells,
-    }
-    (args.out / "scaling.json").write_text(json.dumps(record, indent=1))
+    tiny_chunks.write_record(
+        args.out,
+        "scaling",
+        argv if argv is not None else sys.argv[1:],
+        chunks=args.chunks,
+        wait_ms=args.wait_ms,
+        sleep_ms=wait * 1e3,
+        repeats=args.repeats,
+        measured=rows,
+        serial_limit_chunks_per_s=limit,
+        plateau_reached=reached,
+        decode_GBps_per_core=args.decode_gbps_per_core,
+        sample_bytes=SAMPLE_BYTES,
+        projection=cells,
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,3 +98,19 @@ def run_child(
         raise RuntimeError(f"exit {done.returncode}: {done.stderr.strip()[-1500:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def write_record(out: Path, script: str, argv: Sequence[str], **fields: Any) -> Path:
+    """Write ``<script>.json`` under ``out``: the command that produced it and the CPU count, then
+    ``fields``; returns its path. (Paths in the command are written relative to the repository.)"""
+    from portable import portable_paths  # bench/suite: on sys.path in every script that writes a record
+
+    record = {
+        "command": portable_paths(" ".join([f"python bench/{script}.py", *argv])),
+        "cpus": os.cpu_count(),
+        **fields,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{script}.json"
+    path.write_text(json.dumps(record, indent=1))
+    return path

@@ -31,6 +31,7 @@ from insitu.engine.residency import open_pool
 from insitu.options import BadChunkPolicy, CacheOptions, ReadOptions
 from insitu.plan.budget import MemoryPlan, plan_memory
 from insitu.plan.limits import check_fits
+from insitu.plan.memory_model import pass_footprint
 from insitu.plan.splits import SplitManifest
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.store.retry import RetryPolicy
@@ -59,15 +60,8 @@ def size_pool(
         given=cache.budget_bytes,
         statics=outputs.static_nbytes,
     )
-    check_fits(
-        arrays,
-        outputs.specs,
-        labels.sampled,
-        memory.slots,
-        options,
-        n_samples=n_samples,
-        pool_in_memory=cache.cache_dir is None,
-    )
+    held = pass_footprint(arrays, outputs.specs, labels.sampled, memory.slots, options, n_samples=n_samples)
+    check_fits(held, arrays, outputs.specs, options, pool_in_memory=cache.cache_dir is None)
     return memory
 
 

@@ -24,7 +24,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions
-from insitu.plan.memory_model import pass_footprint
+from insitu.plan.memory_model import PassFootprint
 
 
 @dataclass(frozen=True)
@@ -106,26 +106,23 @@ def mapping_limits(*, memory: bool = True) -> list[Limit]:
 
 
 def check_fits(
+    held: PassFootprint,
     arrays: Mapping[str, ArrayGeometry],
     specs: Mapping[str, SlabSpec],
-    labels: Sequence[ArrayGeometry],
-    slots: Mapping[str, int],
     options: ReadOptions,
     *,
-    n_samples: int,
     pool_in_memory: bool,
 ) -> None:
     """Refuse, naming the label, the bytes and the limit, what no pass could map: one batch, one
     decoded slab, or the pool's arenas with the batches a pass holds at once (the prefetch queue,
     the batch being filled, and the read-ahead rows of arrays the pool does not hold whole).
 
-    ``n_samples``: the samples a pass can deliver at most (no batch holds more);
+    ``held``: what a pass holds, as the memory model counts it (:func:`~insitu.plan.memory_model.pass_footprint`);
     ``pool_in_memory``: the arenas are anonymous memory (not files in ``cache_dir``)."""
     anonymous = mapping_limits()
     address = mapping_limits(memory=False)
     if not anonymous:
         return
-    held = pass_footprint(arrays, specs, labels, slots, options, n_samples=n_samples)
     for label, nbytes in held.batch_bytes.items():
         _refuse_over(
             nbytes,
