@@ -33,6 +33,16 @@ class Batch(Mapping[str, np.ndarray]):
     sample_dim: str | None = None  # name of the sample dimension, when the arrays name theirs
     # Its values for every sample index (maybe still being read: see insitu.arrays.lazycoords).
     sample_coord: np.ndarray | LazyValues | None = field(default=None, repr=False)
+    #: Patch sampling: per row, the index of the patch's first element on every axis of the
+    #: reference array (the sample axis included: ``patch_origins[:, sample_axis] ==
+    #: sample_indices``); None when samples are whole cross-sections.
+    patch_origins: np.ndarray | None = None
+    #: ``patch_edge="pad"``: per row and axis, how many elements of the patch lie inside the array
+    #: (the rest hold the fill value); None otherwise.
+    patch_extent: np.ndarray | None = None
+    #: The axes of the reference array a row of a patch label holds, in order (the sample axis
+    #: only when the patch names it).
+    patch_axes: tuple[int, ...] = ()
 
     @property
     def coords(self) -> dict[str, np.ndarray]:
@@ -52,6 +62,23 @@ class Batch(Mapping[str, np.ndarray]):
         if self.sample_dim is None or values is None or label not in self.read_indices:
             return {}
         return {self.sample_dim: values[self.read_indices[label]]}
+
+    def patch_mask(self, label: str) -> np.ndarray:
+        """Where each row of ``label`` holds data: a boolean array of the label's shape, False where
+        a padded patch (``patch_edge="pad"``) runs past the end of the array; all True for patches
+        that lie inside it. Only for batches of patches."""
+        if self.patch_origins is None:
+            raise ValueError("patch_mask is for batches of patches (InSituDataset(..., patch=...))")
+        value = self.data[label]  # KeyError names the label
+        mask = np.ones(value.shape, dtype=bool)
+        if self.patch_extent is None:
+            return mask
+        for k, axis in enumerate(self.patch_axes):
+            inside = np.arange(value.shape[1 + k])[None, :] < self.patch_extent[:, axis, None]
+            view = [1] * value.ndim
+            view[0], view[1 + k] = value.shape[0], value.shape[1 + k]
+            mask &= inside.reshape(view)
+        return mask
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.data[label]
