@@ -1,0 +1,532 @@
+"""Patch sampling: insitu at its defaults beside the two ways users read patches today, and beside
+insitu's own whole-cross-section pass over the same bytes, as ratios from one run.
+
+    python bench/patches.py                       # a few minutes on 2 cores (store written once)
+    python bench/patches.py --quick               # seconds: a tiny store (the tests run this)
+    python bench/patches.py --patches 256 --workers 2 4 --repeats 5 --out /tmp/patches
+
+The store (``bench/patch_engines/patch_store.py``, cached under ``--work``) is one float32
+``(t, y, x)`` array in zstd chunks of one step and ``--chunks`` pixels; each ``--patches`` size
+is a case (default 256 and 128 in 512 x 512 chunks: 4 and 16 patches per chunk). Engines, each
+run in a fresh process (``bench/patch_engines/run_*.py``, imports done before the clock):
+
+- ``insitu``: ``InSituDataset(..., patch={"y": P, "x": P})`` at its defaults (grid, stride =
+  size, edge "shift"): each chunk decoded once, its patches gathered from the pool;
+- ``insitu_section``: the same dataset without ``patch=`` (a sample is one step, the whole
+  field), batches of the same bytes as the patch batches where a field is smaller than that,
+  else one field: the pass the patches' MB/s is held to (target: 80% of it);
+- ``xbatcher``: ``BatchGenerator(open_zarr(...), input_dims={t: 1, y: P, x: P},
+  input_overlap=0)`` through a torch map-style Dataset and DataLoader, ``--workers`` swept;
+- ``zarr_reader``: a map-style Dataset slicing ``array[t, y0:y0+P, x0:x0+P]`` per patch behind a
+  DataLoader (the torchgeo / torch-em pattern), ``--workers`` swept.
+
+Per run: patches/s and delivered MB/s (cold epoch, store opening to last batch), time to first
+batch (from opening the store, and from creating the iterator), chunk decodes per distinct chunk
+touched (peers: GETs counted by a zarr WrapperStore in memory shared with the DataLoader workers;
+insitu: ``ds.stats``), and the peak RSS of the process tree (workers included). Repeats are
+interleaved (the repeat loop outside the engine loop, each repeat starting one engine later);
+tables show medians, each peer at its best tuning (highest median MB/s), and the ratios the
+targets are stated in: insitu over the best peer (target 5x at 4 patches per chunk) and insitu
+patches over its cross-section pass (target 0.8), with the range of the paired (same repeat)
+ratios. Checks: every grid engine delivers every patch once with one checksum, and the
+cross-section pass reads the same values (its checksum takes what the tiling patches would); a
+failed check reports no ratio and exits 1. An engine whose imports are missing (torch, xbatcher)
+is skipped with a note. Results: ``patches.json`` and ``patches.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "suite"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "patch_engines"))
+
+import patch_store
+from driver import machine, tree_peak_rss
+from portable import REPO, portable_paths
+from shared import PatchSpec
+
+HERE = Path(__file__).resolve().parent
+RUNNERS = {
+    "insitu": "run_insitu.py",
+    "insitu_section": "run_insitu.py",
+    "xbatcher": "run_xbatcher.py",
+    "zarr_reader": "run_zarr_reader.py",
+}
+ENGINES = tuple(RUNNERS)
+PEERS = ("xbatcher", "zarr_reader")
+NEEDS = {  # what each engine's runner imports: probed once, an engine without them is skipped
+    "insitu": ("insitu",),
+    "insitu_section": ("insitu",),
+    "xbatcher": ("torch", "xarray", "xbatcher"),
+    "zarr_reader": ("torch",),
+}
+TARGET_VS_PEER = 5.0  # insitu MB/s over the best peer's, at 4 patches per chunk
+TARGET_VS_SECTION = 0.8  # insitu patch MB/s over its own cross-section pass
+REL_TOL = 1e-6  # checksum agreement
+
+DEFAULTS = {"shape": [48, 1024, 1024], "chunks": [1, 512, 512], "patches": [256, 128], "batch_size": 32}
+DEFAULTS |= {"repeats": 3, "workers": [0, 2, 4], "max_seconds": 60.0}
+QUICK = {"shape": [4, 128, 128], "chunks": [1, 64, 64], "patches": [32, 16], "batch_size": 8}
+QUICK |= {"repeats": 1, "workers": [0, 2], "max_seconds": 30.0}
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+def case_specs(
+    args: argparse.Namespace, engines: Sequence[str], root: Path, patch: int
+) -> dict[str, list[PatchSpec]]:
+    """Every run of one case (patch size), by engine: one per tuning."""
+    shape, chunks = list(args.shape), list(args.chunks)
+    grid_count = shape[0] * math.prod(s // patch for s in shape[1:])
+    base = PatchSpec(
+        engine="",
+        root=str(root),
+        array=patch_store.ARRAY,
+        dims=list(patch_store.DIMS),
+        shape=shape,
+        chunks=chunks,
+        patch=[patch, patch],
+        batch_size=args.batch_size,
+        sampling=args.sampling,
+        patches_per_epoch=(args.patches_per_epoch or grid_count) if args.sampling == "random" else 0,
+        seed=args.seed,
+        max_seconds=args.max_seconds,
+    )
+    specs: dict[str, list[PatchSpec]] = {}
+    for engine in engines:
+        if engine == "insitu_section":
+            specs[engine] = [replace(base, engine=engine, batch_size=section_batch(args, patch))]
+        elif engine in PEERS:
+            specs[engine] = [replace(base, engine=engine, tuning={"num_workers": w}) for w in args.workers]
+        else:
+            specs[engine] = [replace(base, engine=engine)]
+    return specs
+
+
+def section_batch(args: argparse.Namespace, patch: int) -> int:
+    """Cross-sections per batch: as many bytes as a batch of patches, at least one section."""
+    return max(1, round(args.batch_size * patch * patch / math.prod(args.shape[1:])))
+
+
+def expected_patches(spec: PatchSpec) -> int:
+    if spec.engine == "insitu_section":
+        return spec.shape[0]
+    if spec.sampling == "random":
+        return spec.patches_per_epoch
+    return spec.shape[0] * math.prod(s // p for s, p in zip(spec.shape[1:], spec.patch, strict=True))
+
+
+def tuning_label(spec: PatchSpec) -> str:
+    if "num_workers" in spec.tuning:
+        return f"workers={spec.tuning['num_workers']}"
+    if spec.engine == "insitu_section":
+        return f"defaults, batch {spec.batch_size} fields"
+    return "defaults"
+
+
+# --- one run --------------------------------------------------------------------------------------
+
+
+def probe(python: str, engines: Sequence[str]) -> dict[str, str]:
+    """Engines whose imports fail under ``python``, with why (a note, not a failure)."""
+    missing: dict[str, str] = {}
+    for engine in engines:
+        code = "; ".join(f"import {m}" for m in NEEDS[engine])
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["import failed"])[-1]
+            missing[engine] = f"skipped: {last}"
+    return missing
+
+
+def run_one(python: str, spec: PatchSpec, workdir: Path, run_id: str) -> dict[str, Any]:
+    """One spec in a fresh process: its result line, the tree's peak RSS, status and wall time."""
+    spec_path = workdir / f"{run_id}.json"
+    spec_path.write_text(spec.dump())
+    runner = HERE / "patch_engines" / RUNNERS[spec.engine]
+    limit = spec.max_seconds * 2 + 60
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [python, str(runner), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    # Peak RSS is sampled while the process runs; its pipes are read once it has exited (a
+    # result line and tracebacks: far below the pipe buffer).
+    peak, most, timed_out = tree_peak_rss(proc, limit)  # type: ignore[arg-type]
+    if timed_out:
+        proc.kill()
+    out, err = proc.communicate()
+    row: dict[str, Any] = {
+        "engine": spec.engine,
+        "tuning": tuning_label(spec),
+        "peak_rss_tree": peak,
+        "max_procs": most,
+        "wall_s": time.perf_counter() - t0,
+    }
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    try:
+        last = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        last = None
+    if timed_out:
+        row.update(status="timeout", error=f"no result within {limit:.0f} s")
+    elif isinstance(last, dict) and "unsupported" in last:
+        row.update(status="unsupported", reason=last["unsupported"])
+    elif isinstance(last, dict) and "patches" in last and proc.returncode == 0:
+        row.update(status="ok", **last)
+        derive(row, spec)
+    else:
+        tail = err.strip()[-1500:]
+        row.update(status="error", error=f"exit {proc.returncode}: {portable_paths(tail)}")
+    return row
+
+
+def derive(row: dict[str, Any], spec: PatchSpec) -> None:
+    """Rates and per-chunk counts from a row's raw fields."""
+    el = row["elapsed_s"]
+    row["patches_per_s"] = row["patches"] / el if el > 0 else None
+    row["MBps"] = row["bytes"] / el / 1e6 if el > 0 else None
+    row["ttfb_ms"] = 1e3 * row["ttfb_s"]
+    row["iter_ttfb_ms"] = 1e3 * row["iter_ttfb_s"]
+    row["peak_rss_MB"] = row["peak_rss_tree"] / 1e6
+    row["decodes_per_chunk"] = (
+        row["chunk_decodes"] / row["distinct_chunks"] if row["distinct_chunks"] else None
+    )
+    row["expected_patches"] = expected_patches(spec)
+
+
+# --- summary and checks ---------------------------------------------------------------------------
+
+METRICS = ("patches_per_s", "MBps", "ttfb_ms", "iter_ttfb_ms", "peak_rss_MB", "decodes_per_chunk")
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians per (case, engine, tuning) over the ok rows."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["case"], r["engine"], r["tuning"]), []).append(r)
+    out = []
+    for (case, engine, tuning), rs in groups.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        s: dict[str, Any] = {"case": case, "engine": engine, "tuning": tuning, "runs": len(rs), "ok": len(ok)}
+        if not ok:
+            s["status"] = rs[0]["status"]
+            s["note"] = rs[0].get("reason") or rs[0].get("error", "")
+        for m in METRICS:
+            vals = [r[m] for r in ok if r.get(m) is not None]
+            s[m] = statistics.median(vals) if vals else None
+        if ok:
+            last = ok[-1]
+            for k in ("chunk_decodes", "distinct_chunks", "max_decodes_one_chunk", "patches"):
+                s[k] = last[k]
+            s["truncated"] = any(r["truncated"] for r in ok)
+        out.append(s)
+    return out
+
+
+def best_by_engine(summary: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (case, engine), the tuning with the highest median MB/s."""
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in summary:
+        if s.get("MBps") is None:
+            continue
+        key = (s["case"], s["engine"])
+        if key not in best or s["MBps"] > best[key]["MBps"]:
+            best[key] = s
+    return best
+
+
+def check(rows: list[dict[str, Any]], sampling: str) -> list[str]:
+    """Wrong data: a patch count off, checksums that disagree (grid), origins not the grid."""
+    problems = []
+    sums: dict[str, list[tuple[str, float]]] = {}
+    for r in rows:
+        if r["status"] != "ok" or r["truncated"]:
+            continue
+        who = f"{r['case']} {r['engine']} ({r['tuning']}, repeat {r['repeat']})"
+        if r["patches"] != r["expected_patches"]:
+            problems.append(f"{who} delivered {r['patches']} samples, expected {r['expected_patches']}")
+        if r.get("extra", {}).get("origins_are_the_grid") is False:
+            problems.append(f"{who}: the patch origins are not the grid, each position once")
+        if sampling == "grid" and not math.isnan(r["checksum"]):
+            sums.setdefault(r["case"], []).append((who, r["checksum"]))
+    for pairs in sums.values():
+        ref_who, ref = pairs[0]
+        for who, value in pairs[1:]:
+            if abs(value - ref) > REL_TOL * max(abs(ref), 1.0):
+                problems.append(f"checksum of {who} ({value!r}) differs from {ref_who} ({ref!r})")
+    return problems
+
+
+def ratios(
+    rows: list[dict[str, Any]], best: dict[tuple[str, str], dict[str, Any]], cases: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per case: insitu over the best peer and over its cross-section pass (ratio of medians, and
+    the range of the same ratio within each repeat)."""
+
+    def paired(case: str, a: tuple[str, str], b: tuple[str, str]) -> list[float]:
+        by_repeat: dict[int, dict[tuple[str, str], float]] = {}
+        for r in rows:
+            if r["case"] == case and r["status"] == "ok" and r.get("MBps"):
+                by_repeat.setdefault(r["repeat"], {})[(r["engine"], r["tuning"])] = r["MBps"]
+        return [v[a] / v[b] for v in by_repeat.values() if a in v and b in v]
+
+    out: dict[str, dict[str, Any]] = {}
+    for case, info in cases.items():
+        ins = best.get((case, "insitu"))
+        peers = [best[(case, p)] for p in PEERS if (case, p) in best]
+        peer = max(peers, key=lambda s: s["MBps"]) if peers else None
+        sec = best.get((case, "insitu_section"))
+        res: dict[str, Any] = {"patches_per_chunk": info["patches_per_chunk"]}
+        if ins and peer:
+            pr = paired(case, ("insitu", ins["tuning"]), (peer["engine"], peer["tuning"]))
+            res["best_peer"] = f"{peer['engine']} ({peer['tuning']})"
+            res["vs_best_peer"] = ins["MBps"] / peer["MBps"]
+            res["vs_best_peer_range"] = [min(pr), max(pr)] if pr else None
+            if info["patches_per_chunk"] == 4:
+                res["vs_best_peer_target"] = TARGET_VS_PEER
+                res["vs_best_peer_met"] = res["vs_best_peer"] >= TARGET_VS_PEER
+        if ins and sec:
+            pr = paired(case, ("insitu", ins["tuning"]), ("insitu_section", sec["tuning"]))
+            res["vs_section"] = ins["MBps"] / sec["MBps"]
+            res["vs_section_range"] = [min(pr), max(pr)] if pr else None
+            res["vs_section_target"] = TARGET_VS_SECTION
+            res["vs_section_met"] = res["vs_section"] >= TARGET_VS_SECTION
+        out[case] = res
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(
+    summary: list[dict[str, Any]],
+    best: dict[tuple[str, str], dict[str, Any]],
+    result_ratios: dict[str, dict[str, Any]],
+    notes: dict[str, str],
+) -> str:
+    """The markdown tables: the best tuning of each engine per case, then every tuning, then the
+    target ratios."""
+    head = (
+        "| case | engine | tuning | patches/s | MB/s | insitu / row | decodes per chunk | "
+        "TTFB ms (iter) | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = ["Best tuning per engine (medians):", "", head]
+    for case in dict.fromkeys(s["case"] for s in summary):
+        ins = best.get((case, "insitu"))
+        for engine in ENGINES:
+            s = best.get((case, engine))
+            if s is None:
+                failed = next((x for x in summary if x["case"] == case and x["engine"] == engine), None)
+                why = notes.get(engine) or (failed or {}).get("note") or "not run"
+                lines.append(f"| {case} | {engine} | {why.splitlines()[0][:90]} | | | | | | |")
+                continue
+            rel = f"{ins['MBps'] / s['MBps']:.2f}x" if ins else "-"
+            lines.append(_row(s, rel))
+    lines += ["", "Every tuning (medians):", "", head]
+    for s in summary:
+        ins = best.get((s["case"], "insitu"))
+        rel = f"{ins['MBps'] / s['MBps']:.2f}x" if ins and s.get("MBps") else "-"
+        lines.append(_row(s, rel) if s.get("MBps") is not None else _failed(s))
+    lines += [
+        "",
+        "| case | patches per chunk | insitu / best peer | paired range | target | "
+        "insitu / cross-section | paired range | target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case, r in result_ratios.items():
+        vp = r.get("vs_best_peer")
+        vs = r.get("vs_section")
+        lines.append(
+            f"| {case} | {r['patches_per_chunk']} | "
+            + (f"{vp:.2f}x vs {r['best_peer']}" if vp is not None else "-")
+            + f" | {_range(r.get('vs_best_peer_range'))} | "
+            + _target(r, "vs_best_peer")
+            + " | "
+            + (f"{vs:.2f}" if vs is not None else "-")
+            + f" | {_range(r.get('vs_section_range'))} | "
+            + _target(r, "vs_section")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def _row(s: dict[str, Any], rel: str) -> str:
+    trunc = " (capped)" if s.get("truncated") else ""
+    return (
+        f"| {s['case']} | {s['engine']} | {s['tuning']}{trunc} | {_num(s['patches_per_s'], ',.0f')} | "
+        f"{_num(s['MBps'], ',.0f')} | {rel} | {_num(s['decodes_per_chunk'], '.2f')} | "
+        f"{_num(s['ttfb_ms'], '.0f')} ({_num(s['iter_ttfb_ms'], '.0f')}) | {_num(s['peak_rss_MB'], ',.0f')} |"
+    )
+
+
+def _failed(s: dict[str, Any]) -> str:
+    note = str(s.get("note", "")).strip().splitlines()
+    return f"| {s['case']} | {s['engine']} | {s['tuning']}: {s.get('status')} {note[-1][:90] if note else ''} | | | | | | |"
+
+
+def _range(pr: list[float] | None) -> str:
+    return "-" if not pr else f"{pr[0]:.2f}-{pr[1]:.2f}"
+
+
+def _target(r: dict[str, Any], key: str) -> str:
+    if f"{key}_target" not in r:
+        return "-"
+    return f"{r[f'{key}_target']:g}: {'met' if r[f'{key}_met'] else 'NOT met'}"
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="bench/patches.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="a tiny store, one repeat (seconds; the tests)")
+    ap.add_argument("--shape", type=int, nargs=3, metavar=("T", "Y", "X"))
+    ap.add_argument("--chunks", type=int, nargs=3, metavar=("CT", "CY", "CX"))
+    ap.add_argument("--patches", type=int, nargs="+", help="patch sizes (square), one case each")
+    ap.add_argument("--batch-size", type=int, help="patches per batch")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--workers", type=int, nargs="+", help="num_workers swept for the DataLoader peers")
+    ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    ap.add_argument("--sampling", choices=("grid", "random"), default="grid")
+    ap.add_argument(
+        "--patches-per-epoch", type=int, help="random sampling: draws per epoch (default: the grid's count)"
+    )
+    ap.add_argument("--max-seconds", type=float, help="a run stops here and reports the rate so far")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--python", default=sys.executable, help="the interpreter the engines run under")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    args = ap.parse_args(argv)
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.chunks[0] != 1:
+        ap.error("--chunks: one step per chunk along t (CT = 1)")
+    for p in args.patches:
+        if p > min(args.chunks[1:]) or any(s % p for s in args.shape[1:]):
+            ap.error(f"--patches {p}: a patch must fit a chunk and tile the field exactly")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(arguments)
+    started = time.perf_counter()
+    root = patch_store.build_store(args.work, args.shape, args.chunks)
+    notes = probe(args.python, args.engines)
+    for engine, why in notes.items():
+        print(f"{engine} {why}", file=sys.stderr)
+    engines = [e for e in args.engines if e not in notes]
+    cases: dict[str, dict[str, Any]] = {}
+    plan: list[tuple[str, list[PatchSpec]]] = []
+    for p in args.patches:
+        name = f"p{p}"
+        cases[name] = {"patch": [p, p], "patches_per_chunk": math.prod(c // p for c in args.chunks[1:])}
+        specs = case_specs(args, engines, root, p)
+        plan += [(name, specs[e]) for e in engines]
+    t, y, x = args.shape
+    print(
+        f"{t} x {y} x {x} float32 in {args.chunks[1]} x {args.chunks[2]} zstd chunks "
+        f"({patch_store.stored_bytes(root) / 1e6:.0f} MB stored, {t * y * x * 4 / 1e6:.0f} MB decoded); "
+        f"{args.sampling} patches {', '.join(str(p) for p in args.patches)}; batch {args.batch_size}; "
+        f"workers {args.workers}; median of {args.repeats}",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    runs = [(case, spec) for case, specs in plan for spec in specs]
+    with tempfile.TemporaryDirectory(prefix="insitu-patches-") as tmp:
+        for repeat in range(args.repeats):
+            # Repeats outermost, each starting one run later: drift hits every engine alike.
+            shift = repeat % len(runs) if runs else 0
+            for i, (case, spec) in enumerate(runs[shift:] + runs[:shift]):
+                row = run_one(args.python, spec, Path(tmp), f"r{repeat}-{i}")
+                row.update(case=case, repeat=repeat)
+                rows.append(row)
+                print(f"  {_brief(row)}", flush=True)
+    summary = summarize(rows)
+    best = best_by_engine(summary)
+    problems = check(rows, args.sampling)
+    problems += [
+        f"{r['case']} {r['engine']} ({r['tuning']}): {r['error']}"
+        for r in rows
+        if r["status"] in ("error", "timeout")
+    ]
+    result_ratios = {} if problems else ratios(rows, best, cases)
+    text = table(summary, best, result_ratios, notes)
+    print("\n" + text)
+    if problems:
+        print("\nPROBLEMS (no ratios reported):\n  " + "\n  ".join(problems))
+    record = {
+        "schema": 1,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": portable_paths(shlex.join(["python", "bench/patches.py", *arguments])),
+        "wall_s": time.perf_counter() - started,
+        "settings": {
+            k: (portable_paths(str(v)) if isinstance(v, Path) else v) for k, v in vars(args).items()
+        },
+        "store": {"shape": args.shape, "chunks": args.chunks, "stored_bytes": patch_store.stored_bytes(root)},
+        "machine": machine(),
+        "versions": versions(args.python),
+        "cases": cases,
+        "notes": notes,
+        "rows": rows,
+        "summary": summary,
+        "best": [best[k] for k in sorted(best)],
+        "ratios": result_ratios,
+        "problems": problems,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "patches.json").write_text(json.dumps(record, indent=1, default=str))
+    (args.out / "patches.md").write_text(f"`{record['command']}`\n\n{text}\n")
+    print(f"\nwrote {portable_paths(str(args.out / 'patches.json'))} and patches.md")
+    return 1 if problems else 0
+
+
+def versions(python: str) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as m, json\n"
+        "out = {}\n"
+        "for n in ('insitu-core', 'zarr', 'numpy', 'numcodecs', 'torch', 'xarray', 'xbatcher'):\n"
+        "    try: out[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else {}
+
+
+def _brief(row: dict[str, Any]) -> str:
+    who = f"{row['case']} {row['engine']} {row['tuning']} (repeat {row['repeat']})"
+    if row["status"] != "ok":
+        why = row.get("reason") or row.get("error", "")
+        return f"{who}: {row['status']} {why.strip().splitlines()[-1][:120] if why.strip() else ''}"
+    return (
+        f"{who}: {row['patches_per_s']:,.0f} patches/s, {row['MBps']:,.0f} MB/s, "
+        f"{_num(row['decodes_per_chunk'], '.2f')} decodes/chunk, TTFB {row['ttfb_ms']:.0f} ms, "
+        f"peak {row['peak_rss_MB']:,.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
