@@ -17,6 +17,7 @@ import math
 import mmap
 import multiprocessing
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -81,6 +82,7 @@ class Result:
     floor_rss: int  # the runner's RSS after its imports (bytes)
     checksum: float  # sum of patch_checksum over the epoch (order-independent)
     truncated: bool = False  # stopped at max_seconds
+    cpu_s: float = 0.0  # CPU seconds of the process and its workers, store opened -> epoch over
     chunk_gets: int = 0  # stored-chunk GETs (insitu: its reads)
     chunk_decodes: int = 0  # chunks decoded (peers: one per GET, zarr decodes what it gets)
     distinct_chunks: int = 0  # stored chunks the epoch's patches touch
@@ -247,15 +249,26 @@ def counting_store(spec: PatchSpec) -> tuple[Any, SharedCounts]:
 # --- the epoch ------------------------------------------------------------------------------------
 
 
+def cpu_now() -> float:
+    """CPU seconds (user + system) of this process and of its children that have exited and
+    been waited for (DataLoader workers, once the loader shut them down)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 class Clock:
-    """Started after imports, right before the store is opened."""
+    """Started after imports, right before the store is opened: wall time and CPU time."""
 
     def __init__(self) -> None:
         self.floor_rss = rss_now()
+        self.cpu0 = cpu_now()
         self.t0 = time.perf_counter()
 
     def since(self) -> float:
         return time.perf_counter() - self.t0
+
+    def cpu_since(self) -> float:
+        return cpu_now() - self.cpu0
 
 
 def cold_epoch(
@@ -275,6 +288,7 @@ def cold_epoch(
     patches = nbytes = 0
     total = elapsed = ttfb = iter_ttfb = 0.0
     truncated = False
+    batch: Any = None
     for batch in batches:
         if patches == 0:
             ttfb = clock.since()
@@ -289,6 +303,10 @@ def cold_epoch(
         if elapsed > spec.max_seconds:
             truncated = True
             break
+    # Dropping the iterator shuts a DataLoader's workers down and waits for them, so their CPU
+    # time is counted (with that of the shutdown, which is small beside an epoch's).
+    del batches, batch
+    cpu = clock.cpu_since()
     return Result(
         patches=patches,
         bytes=nbytes,
@@ -298,4 +316,5 @@ def cold_epoch(
         floor_rss=clock.floor_rss,
         checksum=total,
         truncated=truncated,
+        cpu_s=cpu,
     )
