@@ -9,7 +9,6 @@ resume is exact. Bad input is refused by name.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +150,13 @@ def test_edges_are_a_policy(tmp_path: Path) -> None:
         if edge == "pad":
             assert batch.patch_extent is not None
             assert np.isnan(batch["v"][~batch.patch_mask("v")]).all()
-            assert batch.patch_extent.min() == 1 and (batch.patch_extent[:, 1:] <= 4).all()
+            assert batch.patch_extent.min() == 1
+            assert (batch.patch_extent[:, 1:] <= 4).all()
         else:
             assert batch.patch_extent is None
             assert batch.patch_mask("v").all()
-    assert covered["shift"].all() and covered["pad"].all()  # the default covers every element
+    assert covered["shift"].all()
+    assert covered["pad"].all()
     assert not covered["drop"][8:, :].any()  # asked for: the last two rows are left out
 
 
@@ -262,7 +263,8 @@ def test_random_patches_are_a_function_of_seed_and_epoch(tmp_path: Path) -> None
 
     a = origins(0, 0)
     assert len(a) == 50
-    assert (a[:, 1:] <= 54).all() and (a >= 0).all()  # every origin where the patch fits
+    assert (a[:, 1:] <= 54).all()
+    assert (a >= 0).all()
     np.testing.assert_array_equal(a, origins(0, 0))
     assert not np.array_equal(a, origins(0, 1))
     assert not np.array_equal(a, origins(1, 0))
@@ -311,7 +313,9 @@ def test_ranks_are_disjoint_and_deliver_equal_batch_counts(tmp_path: Path) -> No
     counts = {n for n, _ in per_rank}
     assert len(counts) == 1
     a, b, c = (s for _, s in per_rank)
-    assert not (a & b) and not (a & c) and not (b & c)
+    assert not (a & b)
+    assert not (a & c)
+    assert not (b & c)
 
 
 def test_resume_mid_epoch_is_exact_for_patches(tmp_path: Path) -> None:

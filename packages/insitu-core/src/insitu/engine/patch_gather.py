@@ -27,7 +27,7 @@ from insitu.arrays.chunk_units import ChunkUnits
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
 from insitu.arrays.transforms import SlabSpec
-from insitu.batch import Batch
+from insitu.batch import Batch, BatchPatches
 from insitu.engine.gather import BatchRows, BatchTransform, Gatherer
 from insitu.engine.pool import ChunkPool
 from insitu.plan.patches_spec import PatchGrid
@@ -93,9 +93,11 @@ class PatchGatherer(Gatherer):
         statics: Mapping[str, np.ndarray] | None = None,
         static_dims: Mapping[str, tuple[str | None, ...]] | None = None,
         sample_coord: tuple[str, np.ndarray | LazyValues] | None = None,
+        patch_coords: Mapping[str, tuple[int, np.ndarray | LazyValues]] | None = None,
     ) -> None:
         super().__init__(pool, labels, batch_transforms, statics=statics, sample_coord=sample_coord)
         self.grid = grid
+        self.patch_coords = dict(patch_coords or {})
         # Static fields on the patch's dimensions (a land-sea mask, orography under lat/lon
         # patches) come cropped to each patch; others come whole, as for cross-sections.
         self.static_boxes = {
@@ -142,9 +144,9 @@ class PatchGatherer(Gatherer):
             if skip_bad:
                 bad = np.zeros(units.shape, dtype=bool)
                 bad[there] = pools[shape.path].bad[units[there]]
-                hit = bad.any(axis=1)
+                hit = np.asarray(bad.any(axis=1))
                 if hit.any():
-                    keep = ~hit if keep is None else keep & ~hit
+                    keep = ~hit if keep is None else np.logical_and(keep, ~hit)
         if keep is not None and keep.all():
             keep = None
         extent = self.grid.valid_extent(origins) if self.padded else None
@@ -199,9 +201,13 @@ class PatchGatherer(Gatherer):
             valid,
             sample_dim=self.sample_dim,
             sample_coord=self.sample_coord,
-            patch_origins=origins.copy(),
-            patch_extent=None if extent is None else extent.copy(),
-            patch_axes=self.grid.delivered_axes,
+            patches=BatchPatches(
+                origins.copy(),
+                self.grid.patch_shape,
+                self.grid.delivered_axes,
+                None if extent is None else extent.copy(),
+                self.patch_coords,
+            ),
         )
         for t in self.batch_transforms:
             batch = t(batch)
