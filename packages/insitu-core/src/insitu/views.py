@@ -532,6 +532,7 @@ class ViewIterator(Iterator[Batch]):
             completed=completed,
             engine=difference(self._dataset.stats, before),
             inflight=self._passes.inflight_limits(before.inflight_changes),
+            distinct_chunks=self._run.plan.distinct_chunks,
         )
         view._record_pass(report)
         self._dataset.report_pass(report)

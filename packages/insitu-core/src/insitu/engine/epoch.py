@@ -310,6 +310,7 @@ class EpochRun:
                 batch = await self._on_gather_thread(gather)
                 self.engine.stats.batches += 1
                 self.engine.stats.samples += batch.size
+                self.engine.stats.bytes_delivered += sum(getattr(v, "nbytes", 0) for v in batch.values())
                 self.out.put(batch)
             done_upto = plan.block_of(hi) if hi < n_positions else plan.n_blocks
             while released < done_upto:

@@ -563,6 +563,8 @@ class ArrayLoader:
 
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
+        if error is None:
+            self.stats.bytes_decoded += self.apool.rows(entry.slab) * self.apool.spec.sample_nbytes
         if entry.is_streamed:  # never in the pool: nothing to mark or unpin
             if error is None:
                 self.stats.slabs_streamed += 1

@@ -27,7 +27,7 @@ from insitu.arrays.chunk_units import ChunkUnits
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
 from insitu.arrays.transforms import SlabSpec
-from insitu.batch import Batch
+from insitu.batch import Batch, BatchPatches
 from insitu.engine.gather import BatchRows, BatchTransform, Gatherer
 from insitu.engine.pool import ChunkPool
 from insitu.plan.patches_spec import PatchGrid
@@ -91,10 +91,20 @@ class PatchGatherer(Gatherer):
         batch_transforms: Sequence[BatchTransform],
         *,
         statics: Mapping[str, np.ndarray] | None = None,
+        static_dims: Mapping[str, tuple[str | None, ...]] | None = None,
         sample_coord: tuple[str, np.ndarray | LazyValues] | None = None,
+        patch_coords: Mapping[str, tuple[int, np.ndarray | LazyValues]] | None = None,
     ) -> None:
         super().__init__(pool, labels, batch_transforms, statics=statics, sample_coord=sample_coord)
         self.grid = grid
+        self.patch_coords = dict(patch_coords or {})
+        # Static fields on the patch's dimensions (a land-sea mask, orography under lat/lon
+        # patches) come cropped to each patch; others come whole, as for cross-sections.
+        self.static_boxes = {
+            label: box
+            for label, value in self.statics.items()
+            if (box := _static_box(value.shape[1:], (static_dims or {}).get(label, ()), grid)) is not None
+        }
         self.sample_axis = grid.sample_axis
         self.padded = grid.edge == "pad"
         box = grid.patch_shape
@@ -134,9 +144,9 @@ class PatchGatherer(Gatherer):
             if skip_bad:
                 bad = np.zeros(units.shape, dtype=bool)
                 bad[there] = pools[shape.path].bad[units[there]]
-                hit = bad.any(axis=1)
+                hit = np.asarray(bad.any(axis=1))
                 if hit.any():
-                    keep = ~hit if keep is None else keep & ~hit
+                    keep = ~hit if keep is None else np.logical_and(keep, ~hit)
         if keep is not None and keep.all():
             keep = None
         extent = self.grid.valid_extent(origins) if self.padded else None
@@ -176,7 +186,11 @@ class PatchGatherer(Gatherer):
             extent = extent[keep] if extent is not None else None
             reads = {label: r[keep] for label, r in reads.items()}
         for label, value in self.statics.items():
-            data[label] = value.copy()
+            axes = self.static_boxes.get(label)
+            if axes is None:
+                data[label] = value.copy()  # resident once; each batch gets its own
+            else:
+                data[label] = _crop_static(value[0], axes, self.grid.patch_shape, origins)
         batch = Batch(
             data,
             sample.copy(),
@@ -187,13 +201,59 @@ class PatchGatherer(Gatherer):
             valid,
             sample_dim=self.sample_dim,
             sample_coord=self.sample_coord,
-            patch_origins=origins.copy(),
-            patch_extent=None if extent is None else extent.copy(),
-            patch_axes=self.grid.delivered_axes,
+            patches=BatchPatches(
+                origins.copy(),
+                self.grid.patch_shape,
+                self.grid.delivered_axes,
+                None if extent is None else extent.copy(),
+                self.patch_coords,
+            ),
         )
         for t in self.batch_transforms:
             batch = t(batch)
         return batch
+
+    def static_shape(self, label: str) -> tuple[int, ...]:
+        """A static field on the patch's dimensions is cropped to the patch; others come whole."""
+        axes = self.static_boxes.get(label)
+        if axes is None:
+            return super().static_shape(label)
+        extent = self.statics[label].shape[1:]
+        return tuple(n if a is None else self.grid.patch_shape[a] for n, a in zip(extent, axes, strict=True))
+
+    def static_rows(self, label: str, n: int) -> int:
+        """A cropped static field has one row per patch."""
+        return n if label in self.static_boxes else 1
+
+
+def _static_box(
+    shape: tuple[int, ...], dims: tuple[str | None, ...], grid: PatchGrid
+) -> tuple[int | None, ...] | None:
+    """Per axis of a static field, the reference axis whose patch crops it (None: kept whole), when
+    the field lies on the reference grid along at least one patched axis; else None."""
+    if len(dims) != len(shape) or None in dims:
+        return None
+    axes: list[int | None] = []
+    for dim, n in zip(dims, shape, strict=True):
+        a = grid.dims.index(dim) if dim in grid.dims else None
+        axes.append(a if a is not None and a in grid.named and grid.shape[a] == n else None)
+    return tuple(axes) if any(a is not None for a in axes) else None
+
+
+def _crop_static(
+    value: np.ndarray, axes: tuple[int | None, ...], box: tuple[int, ...], origins: np.ndarray
+) -> np.ndarray:
+    """Each patch's box of a static field, one row per patch (the fill value past its end)."""
+    shape = tuple(n if a is None else box[a] for n, a in zip(value.shape, axes, strict=True))
+    out = np.empty((len(origins), *shape), dtype=value.dtype)
+    fill = np.nan if value.dtype.kind in "fc" else 0
+    for i, origin in enumerate(origins.tolist()):
+        index = tuple(slice(None) if a is None else slice(origin[a], origin[a] + box[a]) for a in axes)
+        part = value[index]
+        if part.shape != shape:
+            out[i] = fill
+        out[i][tuple(slice(0, n) for n in part.shape)] = part
+    return out
 
 
 def _touched_units(origins: np.ndarray, shape: PatchShape, sample_axis: int) -> np.ndarray:

@@ -179,6 +179,14 @@ class EpochPlan:
         return int(np.searchsorted(self.block_starts, position, side="right") - 1)
 
     @functools.cached_property
+    def distinct_chunks(self) -> int:
+        """Patch plans: the distinct stored chunks the epoch reads over every array (0 for a plan
+        of samples, where counting them would cost a pass over every slab)."""
+        if self.patches is None:
+            return 0
+        return sum(len(np.unique(needs.slabs)) for needs in self.arrays.values())
+
+    @functools.cached_property
     def batch_span(self) -> int:
         """Most blocks any one batch draws from (all must be resident together)."""
         if self.n_batches == 0:
