@@ -18,7 +18,9 @@ run in a fresh process (``bench/patch_engines/run_*.py``, imports done before th
 - ``xbatcher``: ``BatchGenerator(open_zarr(...), input_dims={t: 1, y: P, x: P},
   input_overlap=0)`` through a torch map-style Dataset and DataLoader, ``--workers`` swept;
 - ``zarr_reader``: a map-style Dataset slicing ``array[t, y0:y0+P, x0:x0+P]`` per patch behind a
-  DataLoader (the torchgeo / torch-em pattern), ``--workers`` swept.
+  DataLoader (the torchgeo / torch-em pattern), ``--workers`` swept;
+- ``decode_ceiling``: every chunk zstd-decoded on all cores from bytes in memory into one
+  preallocated array (best of three passes): what no loader of this store beats here.
 
 Per run: patches/s and delivered MB/s (cold epoch, store opening to last batch), time to first
 batch (from opening the store, and from creating the iterator), chunk decodes per distinct chunk
@@ -68,6 +70,7 @@ RUNNERS = {
     "insitu_section": "run_insitu.py",
     "xbatcher": "run_xbatcher.py",
     "zarr_reader": "run_zarr_reader.py",
+    "decode_ceiling": "run_decode_ceiling.py",
 }
 ENGINES = tuple(RUNNERS)
 PEERS = ("xbatcher", "zarr_reader")
@@ -76,6 +79,7 @@ NEEDS = {  # what each engine's runner imports: probed once, an engine without t
     "insitu_section": ("insitu",),
     "xbatcher": ("torch", "xarray", "xbatcher"),
     "zarr_reader": ("torch",),
+    "decode_ceiling": ("numcodecs",),
 }
 TARGET_VS_PEER = 5.0  # insitu MB/s over the best peer's, at 4 patches per chunk
 TARGET_VS_SECTION = 0.8  # insitu patch MB/s over its own cross-section pass
@@ -127,7 +131,7 @@ def section_batch(args: argparse.Namespace, patch: int) -> int:
 
 
 def expected_patches(spec: PatchSpec) -> int:
-    if spec.engine == "insitu_section":
+    if spec.engine in ("insitu_section", "decode_ceiling"):
         return spec.shape[0]
     if spec.sampling == "random":
         return spec.patches_per_epoch
@@ -346,6 +350,9 @@ def ratios(
             compare(res, "vs_section", case, ins, sec)
             res["vs_section_target"] = TARGET_VS_SECTION
             res["vs_section_met"] = res["vs_section"] >= TARGET_VS_SECTION
+        ceiling = best.get((case, "decode_ceiling"))
+        if ins and ceiling:
+            compare(res, "vs_ceiling", case, ins, ceiling)
         out[case] = res
     return out
 
@@ -418,6 +425,7 @@ def table(
         "per CPU s",
         "target",
     ]
+    ratio_columns.append("insitu / decode ceiling (MB/s)")
     lines += ["", "Ratios (medians; paired range: the ratio within each repeat):", "", *_head(ratio_columns)]
     for case, r in result_ratios.items():
         vp, vs = r.get("vs_best_peer"), r.get("vs_section")
@@ -432,7 +440,7 @@ def table(
             _range(r.get("vs_section_range")),
             _num(r.get("vs_section_per_cpu"), ".2f"),
         ]
-        cells.append(_target(r, "vs_section"))
+        cells += [_target(r, "vs_section"), _num(r.get("vs_ceiling"), ".2f")]
         lines.append(_line(cells))
     return "\n".join(lines)
 

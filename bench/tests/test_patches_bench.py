@@ -51,7 +51,7 @@ def test_quick_run_measures_every_engine_it_can(tmp_path: Path) -> None:
     for case, info in record["cases"].items():
         per_chunk = info["patches_per_chunk"]
         assert per_chunk == {"p32": 4, "p16": 16}[case]
-        for engine in ("insitu", "insitu_section"):
+        for engine in ("insitu", "insitu_section", "decode_ceiling"):
             b = best(record, case, engine)
             assert b is not None
             assert b["MBps"] > 0
@@ -59,6 +59,8 @@ def test_quick_run_measures_every_engine_it_can(tmp_path: Path) -> None:
             assert b["decodes_per_chunk"] == 1.0  # every chunk decoded once
         assert best(record, case, "insitu")["patches"] == 4 * (128 // info["patch"][0]) ** 2
         assert best(record, case, "insitu_section")["patches"] == 4
+        assert best(record, case, "decode_ceiling")["patches"] == 4
+        assert record["ratios"][case]["vs_ceiling"] > 0
         expected = {"zarr_reader": HAS_TORCH, "xbatcher": HAS_XBATCHER}
         for engine, present in expected.items():
             b = best(record, case, engine)
@@ -76,7 +78,8 @@ def test_quick_run_measures_every_engine_it_can(tmp_path: Path) -> None:
         assert ("vs_best_peer" in ratio) == HAS_TORCH
     insitu_rows = [r for r in record["rows"] if r["engine"] == "insitu"]
     assert all(r["extra"]["origins_are_the_grid"] for r in insitu_rows)
-    # One checksum per case across engines: the cross-section pass reads what the patches do.
+    # One checksum per case across engines: the cross-section pass and the decode ceiling read
+    # what the patches do.
     for case in record["cases"]:
         sums = {round(r["checksum"], 3) for r in record["rows"] if r["case"] == case and r["status"] == "ok"}
         assert len(sums) == 1
