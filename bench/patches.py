@@ -22,21 +22,27 @@ run in a fresh process (``bench/patch_engines/run_*.py``, imports done before th
 - ``decode_ceiling``: every chunk zstd-decoded on all cores from bytes in memory into one
   preallocated array (best of three passes): what no loader of this store beats here.
 
-Per run: patches/s and delivered MB/s (cold epoch, store opening to last batch), time to first
-batch (from opening the store, and from creating the iterator), chunk decodes per distinct chunk
-touched (peers: GETs counted by a zarr WrapperStore in memory shared with the DataLoader workers;
-insitu: ``ds.stats``), and the peak RSS of the process tree (workers included). Repeats are
-interleaved (the repeat loop outside the engine loop, each repeat starting one run later). The
-first ``--sweep-repeats`` (default 1) run every tuning; later ones run each peer's best tuning
-so far (a worker sweep in every repeat would take several times as long on two cores), and
-insitu's passes, which take a second or less, run ``--insitu-runs`` (default 3) times. Tables
-show medians, each peer at its best tuning (highest median MB/s), and the ratios the
-targets are stated in: insitu over the best peer (target 5x at 4 patches per chunk) and insitu
-patches over its cross-section pass (target 0.8), with the range of the paired (same repeat)
-ratios. Checks: every grid engine delivers every patch once with one checksum, and the
-cross-section pass reads the same values (its checksum takes what the tiling patches would); a
-failed check reports no ratio and exits 1. An engine whose imports are missing (torch, xbatcher)
-is skipped with a note. Results: ``patches.json`` and ``patches.md`` under ``--out``.
+Per run: patches/s and delivered MB/s (cold epoch, store opening to last batch), MB per CPU
+second of the process and its workers (which other load on a shared machine moves less), time
+to first batch (from opening the store, and from creating the iterator), chunk decodes per
+distinct chunk touched (peers: GETs counted by a zarr WrapperStore in memory shared with the
+DataLoader workers; insitu: ``ds.stats``), and the peak RSS of the process tree (workers
+included, summed: pages forked workers share count once per process).
+
+Repeats are interleaved (the repeat loop outside the engine loop, each repeat starting one run
+later). The first ``--sweep-repeats`` (default 1) run every tuning; later ones run only the
+tuning of each peer that was best in those, and that tuning is the one reported (a worker sweep
+in every repeat would take several times as long on two cores). insitu's passes and the
+ceiling, a second or less each, run ``--insitu-runs`` (default 3) times per repeat. Tables
+show medians and the ratios the targets are stated in: insitu over the best peer (target 5x at
+4 patches per chunk) and insitu patches over its cross-section pass (target 0.8), with the
+range of the same ratio within each repeat, and the ratio of MB per CPU second.
+
+Checks: every grid engine delivers every patch once with one checksum, and the cross-section
+pass and the ceiling read the same values (their checksum takes what the tiling patches would);
+insitu's patch origins are the grid. A failed check or run reports no ratio and exits 1. An
+engine whose imports are missing (torch, xbatcher) is skipped with a note. Results:
+``patches.json`` and ``patches.md`` under ``--out`` (default ``bench/results/``).
 """
 
 from __future__ import annotations
@@ -139,17 +145,16 @@ def expected_patches(spec: PatchSpec) -> int:
 
 
 def runs_for(
-    plan: list[tuple[str, list[PatchSpec]]], rows: list[dict[str, Any]], every_tuning: bool, insitu_runs: int
+    plan: list[tuple[str, list[PatchSpec]]], chosen: dict[tuple[str, str], str] | None, insitu_runs: int
 ) -> list[tuple[str, PatchSpec]]:
-    """One repeat's runs: every tuning of every engine, or (after the sweep repeats) each engine's
-    best tuning so far (highest median MB/s; an engine with no ok run keeps all its tunings).
-    insitu's two passes, a second or two each, run ``insitu_runs`` times, alternating."""
-    best = {} if every_tuning else best_by_engine(summarize(rows))
+    """One repeat's runs: every tuning of every engine, or (``chosen``: after the sweep) the
+    chosen tuning of each engine (an engine with none chosen keeps all its tunings). insitu's
+    passes and the decode ceiling, a second or two each, run ``insitu_runs`` times, alternating."""
     runs: list[tuple[str, PatchSpec]] = []
     ours: dict[str, list[tuple[str, PatchSpec]]] = {}
     for case, specs in plan:
-        chosen = best.get((case, specs[0].engine))
-        keep = [s for s in specs if chosen is not None and tuning_label(s) == chosen["tuning"]]
+        tuning = (chosen or {}).get((case, specs[0].engine))
+        keep = [s for s in specs if tuning_label(s) == tuning]
         picked = [(case, spec) for spec in (keep or specs)]
         if specs[0].engine in PEERS:
             runs += picked
@@ -274,13 +279,17 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def best_by_engine(summary: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Per (case, engine), the tuning with the highest median MB/s."""
+def best_by_engine(
+    summary: list[dict[str, Any]], chosen: dict[tuple[str, str], str] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (case, engine), the tuning with the highest median MB/s, or the one ``chosen`` (by the
+    sweep: a tuning the later repeats did not run has fewer runs, so its median is no peer of
+    the chosen one's)."""
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for s in summary:
-        if s.get("MBps") is None:
-            continue
         key = (s["case"], s["engine"])
+        if s.get("MBps") is None or (chosen and key in chosen and chosen[key] != s["tuning"]):
+            continue
         if key not in best or s["MBps"] > best[key]["MBps"]:
             best[key] = s
     return best
@@ -546,9 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows: list[dict[str, Any]] = []
+    chosen: dict[tuple[str, str], str] | None = None
     with tempfile.TemporaryDirectory(prefix="insitu-patches-") as tmp:
         for repeat in range(args.repeats):
-            runs = runs_for(plan, rows, repeat < args.sweep_repeats, args.insitu_runs)
+            if repeat == args.sweep_repeats:  # the sweep is over: each engine keeps its best tuning
+                chosen = {key: s["tuning"] for key, s in best_by_engine(summarize(rows)).items()}
+            runs = runs_for(plan, chosen, args.insitu_runs)
             # Repeats outermost, each starting one run later: drift hits every engine alike.
             shift = repeat % len(runs) if runs else 0
             for i, (case, spec) in enumerate(runs[shift:] + runs[:shift]):
@@ -557,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(f"  {_brief(row)}", flush=True)
     summary = summarize(rows)
-    best = best_by_engine(summary)
+    best = best_by_engine(summary, chosen)
     problems = check(rows, args.sampling)
     problems += [
         f"{r['case']} {r['engine']} ({r['tuning']}): {r['error']}"
@@ -585,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "summary": summary,
         "best": [best[k] for k in sorted(best)],
+        "chosen_tunings": None if chosen is None else [[*k, v] for k, v in sorted(chosen.items())],
         "ratios": result_ratios,
         "problems": problems,
     }

@@ -85,16 +85,25 @@ def test_quick_run_measures_every_engine_it_can(tmp_path: Path) -> None:
         assert len(sums) == 1
 
 
-def test_random_positions(tmp_path: Path) -> None:
+def test_random_positions_and_a_second_repeat_at_the_chosen_tuning(tmp_path: Path) -> None:
     engines = ["insitu", "zarr_reader"] if HAS_TORCH else ["insitu"]
-    code, record = run(tmp_path, "--sampling", "random", "--patches", "32", "--engines", *engines)
+    extra = ["--sampling", "random", "--patches", "32", "--repeats", "2", "--insitu-runs", "2"]
+    code, record = run(tmp_path, *extra, "--engines", *engines)
     assert code == 0, record["problems"]
     b = best(record, "p32", "insitu")
     assert b["patches"] == 4 * 16  # as many draws as the grid has positions, by default
     assert b["decodes_per_chunk"] == 1.0
+    assert b["runs"] == 4  # two per repeat
+    chosen = {(case, engine): tuning for case, engine, tuning in record["chosen_tunings"]}
     if HAS_TORCH:
         # Unaligned patches straddle chunks: more decodes than the grid's 4 per chunk.
-        assert best(record, "p32", "zarr_reader")["decodes_per_chunk"] > 4
+        peer = best(record, "p32", "zarr_reader")
+        assert peer["decodes_per_chunk"] > 4
+        # Repeat 0 sweeps the workers; repeat 1 runs the best of them, the one reported.
+        swept = [r["tuning"] for r in record["rows"] if r["engine"] == "zarr_reader" and r["repeat"] == 0]
+        again = [r["tuning"] for r in record["rows"] if r["engine"] == "zarr_reader" and r["repeat"] == 1]
+        assert sorted(swept) == ["workers=0", "workers=2"]
+        assert again == [chosen[("p32", "zarr_reader")]] == [peer["tuning"]]
 
 
 def test_wrong_checksums_and_counts_are_problems() -> None:
