@@ -51,6 +51,8 @@ import argparse
 import datetime
 import json
 import math
+import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -186,28 +188,48 @@ def probe(python: str, engines: Sequence[str]) -> dict[str, str]:
     return missing
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy since boot (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def our_cpu_s() -> float:
+    """CPU seconds of this process and of the children it has waited for (the runs, with the
+    DataLoader workers each run waited for)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_one(python: str, spec: PatchSpec, workdir: Path, run_id: str) -> dict[str, Any]:
     """One spec in a fresh process: its result line, the tree's peak RSS, status and wall time."""
     spec_path = workdir / f"{run_id}.json"
     spec_path.write_text(spec.dump())
     runner = HERE / "patch_engines" / RUNNERS[spec.engine]
     limit = spec.max_seconds * 2 + 60
+    out_path, err_path = workdir / f"{run_id}.out", workdir / f"{run_id}.err"
+    busy0, ours0 = machine_busy_s(), our_cpu_s()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [python, str(runner), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    # Peak RSS is sampled while the process runs; its pipes are read once it has exited (a
-    # result line and tracebacks: far below the pipe buffer).
-    peak, most, timed_out = tree_peak_rss(proc, limit)  # type: ignore[arg-type]
-    if timed_out:
-        proc.kill()
-    out, err = proc.communicate()
+    with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
+        proc = subprocess.Popen([python, str(runner), str(spec_path)], stdout=out_file, stderr=err_file)
+        peak, most, timed_out = tree_peak_rss(proc, limit)  # type: ignore[arg-type]
+        if timed_out:
+            proc.kill()
+        proc.wait()
+    wall = time.perf_counter() - t0
+    # What the machine's CPUs did meanwhile beyond this run (its workers, reaped by it, and this
+    # driver's polling included): other processes competing for the cores.
+    others = max(0.0, machine_busy_s() - busy0 - (our_cpu_s() - ours0))
+    out, err = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     row: dict[str, Any] = {
         "engine": spec.engine,
         "tuning": tuning_label(spec),
         "peak_rss_tree": peak,
         "max_procs": most,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": wall,
+        "other_load": others / wall if wall > 0 else 0.0,
     }
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
@@ -245,6 +267,7 @@ def derive(row: dict[str, Any], spec: PatchSpec) -> None:
 # --- summary and checks ---------------------------------------------------------------------------
 
 METRICS = (
+    "other_load",
     "patches_per_s",
     "MBps",
     "MB_per_cpu_s",
@@ -473,6 +496,19 @@ def _row(s: dict[str, Any], ins: dict[str, Any] | None) -> str:
     )
 
 
+def load_note(rows: list[dict[str, Any]]) -> str:
+    """How busy other processes kept the cores during the runs (a quiet machine shows ~0)."""
+    loads = sorted(r["other_load"] for r in rows)
+    if not loads:
+        return ""
+    busy = sum(v > 0.5 for v in loads)
+    return (
+        f"Other processes during the runs: median {statistics.median(loads):.2f} cores busy, "
+        f"max {loads[-1]:.2f}; {busy} of {len(loads)} runs shared the machine with more than half "
+        f"a core of other work ({os.cpu_count()} CPUs). Ratios per CPU second move least with it."
+    )
+
+
 def _range(pr: list[float] | None) -> str:
     return "-" if not pr else f"{pr[0]:.2f}-{pr[1]:.2f}"
 
@@ -577,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["status"] in ("error", "timeout")
     ]
     result_ratios = {} if problems else ratios(rows, best, cases)
-    text = table(summary, best, result_ratios, notes)
+    text = table(summary, best, result_ratios, notes) + "\n\n" + load_note(rows)
     print("\n" + text)
     if problems:
         print("\nPROBLEMS (no ratios reported):\n  " + "\n  ".join(problems))
