@@ -32,7 +32,9 @@ included, summed: pages forked workers share count once per process).
 Repeats are interleaved (the repeat loop outside the engine loop, each repeat starting one run
 later). The first ``--sweep-repeats`` (default 1) run every tuning; later ones run only the
 tuning of each peer that was best in those, and that tuning is the one reported (a worker sweep
-in every repeat would take several times as long on two cores). insitu's passes and the
+in every repeat would take several times as long on two cores). With ``--max-other-load``, a
+run during which other processes kept more cores busy than that is run again (at most
+``--busy-retries`` times; the discarded run stays in the JSON as ``busy``). insitu's passes and the
 ceiling, a second or less each, run ``--insitu-runs`` (default 3) times per repeat. Tables
 show medians and the ratios the targets are stated in: insitu over the best peer (target 5x at
 4 patches per chunk) and insitu patches over its cross-section pass (target 0.8), with the
@@ -550,6 +552,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--patches-per-epoch", type=int, help="random sampling: draws per epoch (default: the grid's count)"
     )
     ap.add_argument("--max-seconds", type=float, help="a run stops here and reports the rate so far")
+    ap.add_argument(
+        "--max-other-load",
+        type=float,
+        help="run again (up to --busy-retries times) when other processes kept more cores than this busy",
+    )
+    ap.add_argument("--busy-retries", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--python", default=sys.executable, help="the interpreter the engines run under")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "insitu-bench")
@@ -600,10 +608,16 @@ def main(argv: list[str] | None = None) -> int:
             # Repeats outermost, each starting one run later: drift hits every engine alike.
             shift = repeat % len(runs) if runs else 0
             for i, (case, spec) in enumerate(runs[shift:] + runs[:shift]):
-                row = run_one(args.python, spec, Path(tmp), f"r{repeat}-{i}")
-                row.update(case=case, repeat=repeat)
-                rows.append(row)
-                print(f"  {_brief(row)}", flush=True)
+                for attempt in range(1 + args.busy_retries):
+                    row = run_one(args.python, spec, Path(tmp), f"r{repeat}-{i}-{attempt}")
+                    row.update(case=case, repeat=repeat, attempt=attempt)
+                    busy = args.max_other_load is not None and row["other_load"] > args.max_other_load
+                    if row["status"] == "ok" and busy and attempt < args.busy_retries:
+                        row["status"] = "busy"  # kept in the JSON, left out of the medians
+                    rows.append(row)
+                    print(f"  {_brief(row)}", flush=True)
+                    if row["status"] != "busy":
+                        break
     summary = summarize(rows)
     best = best_by_engine(summary, chosen)
     problems = check(rows, args.sampling)
@@ -659,6 +673,8 @@ def versions(python: str) -> dict[str, str]:
 
 def _brief(row: dict[str, Any]) -> str:
     who = f"{row['case']} {row['engine']} {row['tuning']} (repeat {row['repeat']})"
+    if row["status"] == "busy":
+        return f"{who}: others kept {row['other_load']:.2f} cores busy; running it again"
     if row["status"] != "ok":
         why = row.get("reason") or row.get("error", "")
         return f"{who}: {row['status']} {why.strip().splitlines()[-1][:120] if why.strip() else ''}"

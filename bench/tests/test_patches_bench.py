@@ -176,3 +176,14 @@ def test_get_counts_are_shared_with_forked_workers() -> None:
     }
     assert int(counts.counts[1, 0, 1]) == 2
     assert math.prod(counts.counts.shape) == 8
+
+
+def test_a_run_on_a_busy_machine_runs_again(tmp_path: Path) -> None:
+    # Any load is more than -1 core: every run is discarded once, then kept (one retry).
+    extra = ["--engines", "insitu", "--patches", "32", "--max-other-load", "-1", "--busy-retries", "1"]
+    code, record = run(tmp_path, *extra)
+    assert code == 0, record["problems"]
+    statuses = [(r["attempt"], r["status"]) for r in record["rows"]]
+    assert statuses == [(0, "busy"), (1, "ok")]
+    assert all(r["other_load"] >= 0 for r in record["rows"])
+    assert best(record, "p32", "insitu")["ok"] == 1
