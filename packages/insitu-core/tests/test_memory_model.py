@@ -40,8 +40,11 @@ ARRAYS = {"a": A, "b": B}
 
 def _plan(block_starts: list[int], *, batch_span: int, batch_size: int) -> EpochPlan:
     """An epoch plan reduced to what the read-ahead depends on: block bounds, batch span and size."""
-    order = SimpleNamespace(block_starts=np.array(block_starts, np.int64), n_blocks=len(block_starts) - 1)
-    return cast(EpochPlan, SimpleNamespace(order=order, batch_span=batch_span, batch_size=batch_size))
+    starts = np.array(block_starts, np.int64)
+    plan = SimpleNamespace(
+        block_starts=starts, n_blocks=len(block_starts) - 1, batch_span=batch_span, batch_size=batch_size
+    )
+    return cast(EpochPlan, plan)
 
 
 def _options(**kw: Any) -> ReadOptions:

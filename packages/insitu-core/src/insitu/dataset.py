@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import threading
@@ -28,7 +29,7 @@ from zarr.abc.store import Store
 from insitu.arrays.labels import ArrayGeometry, ChunkTransform, resolve_labels
 from insitu.engine.concurrency import LimitChange
 from insitu.engine.gather import BatchTransform, batch_transform_chain
-from insitu.engine.parts import identity_of_data, size_pool, start_parts
+from insitu.engine.parts import identity_of_data, size_patch_pool, size_pool, start_parts
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
@@ -38,7 +39,7 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.plan.plans import EpochPlan, Segment, dataset_plans
+from insitu.plan.plans import EpochPlan, PatchPlans, PatchSpec, Segment, dataset_plans
 from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import CacheChecks, PassReport, Stats
@@ -128,6 +129,25 @@ class InSituDataset:
     cf_decode
         Apply CF decoding (scale, offset, fill values, valid range) to arrays that carry CF
         attributes: for all, or ``{array: bool}``.
+    patch
+        Sample n-dimensional patches instead of whole cross-sections: ``{dimension: size}`` by
+        name (or axis number), e.g. ``{"y": 256, "x": 256}``. Dimensions not named keep their
+        whole extent; the sample dimension has size 1 unless named. Each stored chunk is decoded
+        once per epoch while the pool holds it until its last patch; batches carry
+        ``patch_origins``. See ``docs/patches.md``.
+    patch_stride
+        Steps between patch origins per named dimension (overlap = size - stride); default: the
+        size for ``"grid"`` (no overlap), 1 for ``"random"`` (any origin).
+    patch_sampling
+        ``"grid"`` (every position once per epoch) or ``"random"`` (``patches_per_epoch``
+        positions drawn uniformly, a pure function of seed, epoch, rank and world size).
+    patches_per_epoch
+        Patches a ``"random"`` epoch draws over all ranks (default: as many as the
+        non-overlapping grid has).
+    patch_edge
+        At the end of a dimension: ``"shift"`` (the last patch moved inward; the default),
+        ``"pad"`` (filled with the fill value, NaN for floats; ``batch.patch_mask(label)``) or
+        ``"drop"`` (incomplete patches left out).
     """
 
     def __init__(
@@ -157,6 +177,11 @@ class InSituDataset:
         retry: RetryPolicy | None = None,
         decoders: Sequence[str] | None = None,
         cf_decode: bool | Mapping[str, bool] = True,
+        patch: Mapping[str | int, int] | None = None,
+        patch_stride: Mapping[str | int, int] | None = None,
+        patch_sampling: str = "grid",
+        patches_per_epoch: int | None = None,
+        patch_edge: str = "shift",
     ) -> None:
         self._closed = True  # until construction succeeds: a half-built dataset has nothing to release
         # The keywords, validated once into options.
@@ -176,6 +201,7 @@ class InSituDataset:
         )
         self.sharding = shard_options(rank=rank, world_size=world_size, uneven=uneven)
         self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
+        self.patch_spec = patch_spec(patch, patch_stride, patch_sampling, patches_per_epoch, patch_edge)
         given_retry = retry
         retry = _checked_inputs(manifest, retry)
         batch_transforms = batch_transform_chain(batch_transforms)
@@ -187,22 +213,28 @@ class InSituDataset:
         # epoch plans over the samples at which every label can be read.
         labels = self._labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
-        self._plans = dataset_plans(manifest, self.labels, self.options, self.sharding)
+        self._plans = dataset_plans(manifest, self.labels, self.options, self.sharding, patch=self.patch_spec)
         self.anchor_range, self.unused_anchors = self._plans.anchors, self._plans.unused_anchors
         # What each array becomes after its chunk transforms, and how much of it the pool holds.
         outputs = labels.outputs(
             chunk_transforms, cf_decode, nan_fill=self.on_bad_chunk is BadChunkPolicy.NAN
         )
-        self.label_specs = outputs.label_specs
-        memory = size_pool(
-            labels,
-            outputs,
-            manifest,
-            self.options,
-            self.cache_options,
-            world_size=self.world_size,
-            n_samples=self.anchor_range[1] - self.anchor_range[0],
-        )
+        patches = None
+        if isinstance(self._plans, PatchPlans):  # arrays pooled by chunk, batches of patches
+            patches, memory = size_patch_pool(
+                labels, outputs, self._plans, self.options, self.cache_options, world_size=self.world_size
+            )
+        else:
+            memory = size_pool(
+                labels,
+                outputs,
+                manifest,
+                self.options,
+                self.cache_options,
+                world_size=self.world_size,
+                n_samples=self.anchor_range[1] - self.anchor_range[0],
+            )
+        self.label_specs = outputs.label_specs if patches is None else patches.label_specs
         # The running parts: pool, engine, static fields, gatherer, restored slabs, iteration service.
         self._start_lifetime()
         self._parts = start_parts(
@@ -216,6 +248,7 @@ class InSituDataset:
             retry=retry,
             decoders=decoders,
             batch_transforms=batch_transforms,
+            patches=patches,
         )
         # What the statistics read (pool, cache, engine) and what views use (static values, passes).
         self.pool, self._cache, self.engine = self._parts.pool, self._parts.cache, self._parts.engine
@@ -388,7 +421,10 @@ class InSituDataset:
     def data_identity(self) -> dict[str, str]:
         """What resume states record of the data they were made on: a digest of the store's identity
         and one of every read array's Zarr metadata (computed once; no read of the store)."""
-        return identity_of_data(self.store, self._labels.every)
+        identity = identity_of_data(self.store, self._labels.every)
+        if isinstance(self._plans, PatchPlans):  # a state of other patches would resume elsewhere
+            identity["patches"] = json.dumps(self._plans.describe(), sort_keys=True)
+        return identity
 
     # -- statistics and lifetime -------------------------------------------------
     @property
@@ -514,6 +550,31 @@ def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
     return retry or RetryPolicy()
+
+
+def patch_spec(
+    patch: Mapping[str | int, int] | None,
+    stride: Mapping[str | int, int] | None,
+    sampling: str,
+    per_epoch: int | None,
+    edge: str,
+) -> PatchSpec | None:
+    """The patch the keywords ask for (validated, each bad value named); None for whole
+    cross-sections, after refusing patch options given without ``patch``."""
+    if patch is None:
+        given = {
+            "patch_stride": (stride, None),
+            "patch_sampling": (sampling, "grid"),
+            "patches_per_epoch": (per_epoch, None),
+            "patch_edge": (edge, "shift"),
+        }
+        stray = [f"{name}={value!r}" for name, (value, default) in given.items() if value != default]
+        if stray:
+            raise ConfigError(
+                f"{', '.join(stray)} given without patch=; name the patch sizes, e.g. patch={{'y': 256, 'x': 256}}"
+            )
+        return None
+    return PatchSpec(size=patch, stride=stride, sampling=sampling, patches_per_epoch=per_epoch, edge=edge)
 
 
 def _sample_axis_of(manifest: SplitManifest) -> str | int:

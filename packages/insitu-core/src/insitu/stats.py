@@ -58,6 +58,8 @@ class EngineCounters:
     slabs_loaded: int = 0  # decoded into the pool
     slabs_streamed: int = 0  # decoded outside the pool, straight into batch rows (not cached)
     slab_hits: int = 0  # slab uses served by the pool without a load
+    bytes_decoded: int = 0  # decoded (and transformed) bytes of the slabs loaded or streamed
+    bytes_delivered: int = 0  # bytes of the batches handed to the consumer
     missing_chunks: int = 0  # absent from the store: fill value
     bad_chunks: int = 0  # failed to read/decode (on_bad_chunk="nan"/"skip"), of which:
     bad_chunks_read: int = 0  # always 0: a store that fails to deliver raises StoreUnavailableError
@@ -143,6 +145,8 @@ class Stats(Mapping[str, Any]):
     slabs_loaded: int = 0  #: decoded into the pool (cached)
     slabs_streamed: int = 0  #: decoded straight into batch rows, not cached
     slab_hits: int = 0  #: slab uses served by the pool without a load
+    bytes_decoded: int = 0  #: decoded (and transformed) bytes of the slabs loaded or streamed
+    bytes_delivered: int = 0  #: bytes of the batches handed to the consumer
     missing_chunks: int = 0  #: absent from the store: fill value
     bad_chunks: int = 0  #: failed to read or decode (on_bad_chunk="nan"/"skip"), of which:
     bad_chunks_read: int = 0
@@ -173,6 +177,7 @@ class Stats(Mapping[str, Any]):
     hit_rate: float = 0.0  #: rate: slab_hits / (slab_hits + slabs_loaded + slabs_streamed)
     stall_fraction: float = 0.0  #: rate: waiting_s / iterating_s (near 0: the model sets the pace)
     samples_per_s: float = 0.0  #: rate: samples / iterating_s
+    decoded_per_delivered: float = 0.0  #: rate: bytes_decoded / bytes_delivered (patches: < 1 is reuse)
 
     @classmethod
     def from_records(cls, *records: CounterRecord) -> Stats:
@@ -192,6 +197,8 @@ class Stats(Mapping[str, Any]):
         values["hit_rate"] = values.get("slab_hits", 0) / uses if uses else 0.0
         values["stall_fraction"] = values.get("waiting_s", 0.0) / busy if busy else 0.0
         values["samples_per_s"] = values.get("samples", 0) / busy if busy else 0.0
+        delivered = values.get("bytes_delivered", 0)
+        values["decoded_per_delivered"] = values.get("bytes_decoded", 0) / delivered if delivered else 0.0
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
@@ -222,6 +229,8 @@ PASS_COUNTERS = (
     "slabs_loaded",
     "slabs_streamed",
     "slab_hits",
+    "bytes_decoded",
+    "bytes_delivered",
     "retries",
     "timeouts",
     "congestion_events",
@@ -248,6 +257,20 @@ class PassReport:
     engine: Mapping[str, int]  #: differences of :data:`PASS_COUNTERS` over the pass
     #: requests-in-flight limit at the pass's start and each the engine chose during it (remote stores)
     inflight: tuple[int, ...] = ()
+    #: patch sampling: the distinct stored chunks the pass's plan reads (0 for whole cross-sections)
+    distinct_chunks: int = 0
+
+    @property
+    def read_amplification(self) -> float:
+        """Patch sampling: chunk decodes per distinct chunk the pass read (1.0: each decoded once;
+        below 1 when the pool held chunks from an earlier pass); 0 for whole cross-sections."""
+        return self.engine.get("chunks_decoded", 0) / self.distinct_chunks if self.distinct_chunks else 0.0
+
+    @property
+    def decoded_per_delivered(self) -> float:
+        """Decoded bytes per byte delivered in batches during the pass (0 when nothing was delivered)."""
+        delivered = self.engine.get("bytes_delivered", 0)
+        return self.engine.get("bytes_decoded", 0) / delivered if delivered else 0.0
 
     @property
     def samples_per_s(self) -> float:
@@ -287,6 +310,12 @@ class PassReport:
                 else ""
             )
             + self._inflight_words()
+            + (
+                f", read amplification {self.read_amplification:.2f} "
+                f"({self.decoded_per_delivered:.2f} bytes decoded per byte delivered)"
+                if self.distinct_chunks
+                else ""
+            )
         )
 
     def _inflight_words(self) -> str:

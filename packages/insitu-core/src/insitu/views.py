@@ -279,10 +279,22 @@ class DatasetView:
         return self.plan().n_batches
 
     def sample_order(self) -> np.ndarray:
-        """Anchors in the order this epoch delivers them (before batching)."""
+        """Anchors in the order this epoch delivers them (before batching); for patches, the origin
+        of each patch along the sample axis (``patch_order`` gives the whole origins)."""
         plan = self.plan()
-        n = plan.n_batches * plan.batch_size if self.drop_last else len(plan.order.anchors)
-        return plan.order.anchors[:n].copy()
+        n = plan.n_batches * plan.batch_size if self.drop_last else plan.n_positions
+        if plan.patches is not None:
+            return self.patch_order()[:, plan.patches.patches.grid.sample_axis]
+        return plan.anchors[:n].copy()
+
+    def patch_order(self) -> np.ndarray:
+        """Patch sampling: the origin of every patch (one row per patch, one column per axis of the
+        reference array) in the order this epoch delivers them, before batching."""
+        plan = self.plan()
+        if plan.patches is None:
+            raise TypeError("patch_order is for datasets sampling patches (InSituDataset(..., patch=...))")
+        n = plan.n_batches * plan.batch_size if self.drop_last else plan.n_positions
+        return plan.patches.origins_between(0, n)
 
     def __iter__(self) -> ViewIterator:
         ds = self.dataset
@@ -520,6 +532,7 @@ class ViewIterator(Iterator[Batch]):
             completed=completed,
             engine=difference(self._dataset.stats, before),
             inflight=self._passes.inflight_limits(before.inflight_changes),
+            distinct_chunks=self._run.plan.distinct_chunks,
         )
         view._record_pass(report)
         self._dataset.report_pass(report)

@@ -120,6 +120,26 @@ class Labels:
         values = coords.get(dim) if ready else LazyValues(coords, dim)
         return None if values is None else (dim, values)
 
+    def patch_coords(self, axes: Sequence[int]) -> dict[str, tuple[int, np.ndarray | LazyValues]]:
+        """``{dimension: (axis, values)}`` of the reference array's dimensions on ``axes`` (the
+        patched ones) that have coordinates, whole axis, maybe still being read."""
+        ref = self.sampled[0]
+        names = ref.dimension_names or ()
+        coords = ref.coords
+        ready = not isinstance(coords, LazyCoords) or (coords.ready and not coords.failed)
+        out: dict[str, tuple[int, np.ndarray | LazyValues]] = {}
+        for axis in axes:
+            dim = names[axis] if axis < len(names) else None
+            if dim is None:
+                continue
+            if ready:
+                values = coords.get(dim)
+                if values is not None:
+                    out[dim] = (axis, values)
+            else:
+                out[dim] = (axis, LazyValues(coords, dim))
+        return out
+
 
 def resolve_labels(
     store: Store,

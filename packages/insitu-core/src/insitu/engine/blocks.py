@@ -77,17 +77,25 @@ class LiveBlock:
         return missing
 
     def reserve_missing(
-        self, path: str, apool: ArrayPool, slabs: list[int], missing: list[int], next_use: list[int] | None
+        self,
+        path: str,
+        apool: ArrayPool,
+        slabs: list[int],
+        missing: list[int],
+        next_use: list[int] | None,
+        *,
+        evict: bool = False,
     ) -> tuple[list[Slab], list[int]]:
         """Reserve and pin a slot for each missing slab, evicting for one only when this pass needs
-        it again later (``next_use``; None: no slab is needed twice), else taking a free slot only.
-        Returns the entries to load into the pool and the slabs it has no slot for."""
+        it again later (``next_use``; None: no slab is needed twice) or ``evict`` says so, else
+        taking a free slot only. Returns the entries to load into the pool and the slabs it has no
+        slot for."""
         held = self.pinned[path]
         fresh: list[Slab] = []
         streamed: list[int] = []
         for i in missing:
             s = slabs[i]
-            e = apool.reserve(s, evict=next_use is not None and next_use[i] >= 0)
+            e = apool.reserve(s, evict=evict or (next_use is not None and next_use[i] >= 0))
             if e is None:
                 streamed.append(s)
                 continue

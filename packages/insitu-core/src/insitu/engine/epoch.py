@@ -84,7 +84,7 @@ class EpochRun:
         self.out: queue.Queue[Any] = queue.Queue()
         self.credits: asyncio.Semaphore | None = None
         self.task: asyncio.Task[Any] | None = None
-        n = plan.order.n_blocks
+        n = plan.n_blocks
         # Only the blocks between the emitter and the producer's read-ahead are live: per-block
         # state is kept for those, so an epoch of a million blocks costs nothing up front.
         self._live: dict[int, LiveBlock] = {}
@@ -168,7 +168,7 @@ class EpochRun:
         # a round trip per block nor for the read-ahead's transfers too.
         first_wave = self._first_batch_last_block() if engine.adapts_inflight else -1
         wave: list[asyncio.Future[None]] = []
-        for b in range(self._first_block, self.plan.order.n_blocks):
+        for b in range(self._first_block, self.plan.n_blocks):
             while not self._may_produce(b):
                 self._advanced = loop.create_future()
                 await self._advanced
@@ -199,7 +199,7 @@ class EpochRun:
         engine = self.engine
         if not engine.adapts_inflight:
             return False
-        starts = self.plan.order.block_starts
+        starts = self.plan.block_starts
         if exceeds_readahead_cap(int(starts[b + 1] - starts[self._emitting]), self._sample_bytes):
             return False
         return engine.outstanding_reads < 2 * engine.inflight_limit
@@ -250,10 +250,10 @@ class EpochRun:
     def _destinations(self, b: int, path: str, ids: np.ndarray) -> list[Destinations]:
         """For each streamed slab ``ids`` of block ``b`` (sorted), the batch rows its rows fill,
         for every label reading the array; batch buffers are taken here, as blocks are produced."""
-        order, size = self.plan.order, self.plan.batch_size
-        lo = max(int(order.block_starts[b]), self.start_batch * size)  # resuming: earlier rows unread
-        hi = int(order.block_starts[b + 1])
-        anchors = order.anchors[lo:hi]
+        plan, size = self.plan, self.plan.batch_size
+        lo = max(int(plan.block_starts[b]), self.start_batch * size)  # resuming: earlier rows unread
+        hi = int(plan.block_starts[b + 1])
+        anchors = plan.anchors[lo:hi]
         out = [Destinations() for _ in range(len(ids))]
         for g in self._labels[path]:
             src = anchors + g.offset
@@ -278,7 +278,7 @@ class EpochRun:
     async def _emit(self) -> None:
         loop = asyncio.get_running_loop()
         plan = self.plan
-        n_anchors = len(plan.order.anchors)
+        n_positions = plan.n_positions
         ready_upto = released = self._first_block  # blocks < ready_upto are loaded
         for k in range(self.start_batch, plan.n_batches):
             lo, hi = plan.batch_bounds(k)
@@ -310,8 +310,9 @@ class EpochRun:
                 batch = await self._on_gather_thread(gather)
                 self.engine.stats.batches += 1
                 self.engine.stats.samples += batch.size
+                self.engine.stats.bytes_delivered += sum(getattr(v, "nbytes", 0) for v in batch.values())
                 self.out.put(batch)
-            done_upto = plan.block_of(hi) if hi < n_anchors else plan.order.n_blocks
+            done_upto = plan.block_of(hi) if hi < n_positions else plan.n_blocks
             while released < done_upto:
                 self._release_block(released)
                 released += 1
@@ -353,12 +354,12 @@ class EpochRun:
         """Arena rows of anchors ``[lo, hi)``, computed on the loop while their slots are pinned;
         rows of streamed slabs are in the batch's buffers already."""
         plan = self.plan
-        anchors = plan.order.anchors[lo:hi]
-        n_valid = plan.order.n_valid
+        anchors = plan.anchors[lo:hi]
+        n_valid = plan.n_valid
         valid = np.arange(lo, hi) < n_valid if n_valid >= 0 else None
         streamed: dict[str, np.ndarray] = {}
         bad: dict[str, np.ndarray] = {}
-        bs = plan.order.block_starts
+        bs = plan.block_starts
         for b in range(plan.block_of(lo), plan.block_of(hi - 1) + 1):
             block = self._live.get(b)
             if block is None or not block.streams:

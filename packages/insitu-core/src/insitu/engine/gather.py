@@ -176,6 +176,14 @@ class Gatherer:
             batch = t(batch)
         return batch
 
+    def static_shape(self, label: str) -> tuple[int, ...]:
+        """The shape a batch holds static field ``label`` in (the field, whole, once)."""
+        return tuple(self.statics[label].shape[1:])
+
+    def static_rows(self, label: str, n: int) -> int:
+        """Rows of static field ``label`` in a batch of ``n``: one, the field whole."""
+        return 1
+
     def describe(
         self, anchor: int, sample_dim: str | None
     ) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
@@ -186,13 +194,13 @@ class Gatherer:
         pooled: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
             label: (spec.sample_shape, spec.dtype) for label, spec in self.specs.items()
         }
-        pooled |= {label: (v.shape[1:], v.dtype) for label, v in self.statics.items()}
+        pooled |= {label: (self.static_shape(label), v.dtype) for label, v in self.statics.items()}
         if not self.batch_transforms:
             return pooled
         n = 2
         anchors = np.full(n, anchor, dtype=np.int64)
         data = {
-            label: np.zeros((1 if label in self.statics else n, *shape), dtype)
+            label: np.zeros((self.static_rows(label, n) if label in self.statics else n, *shape), dtype)
             for label, (shape, dtype) in pooled.items()
         }
         reads = {g.label: anchors + g.offset for g in self.labels}

@@ -27,6 +27,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from insitu.arrays.chunk_units import ChunkReader, ChunkUnits
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.layout import ArrayReader, Piece, Read
 from insitu.arrays.transforms import ChunkTransform, chain_runner, source_spec
@@ -428,7 +429,7 @@ class ArrayLoader:
             self._zarr_array = zarr.open_array(store=store, path=self.path, mode="r").async_array
         c = g.chunk_len
         lo, hi = entry.slab * c, min((entry.slab + 1) * c, g.n_samples)
-        region, axis = g.orthogonal_region(slice(lo, hi))
+        region, axis = _zarr_region(g, entry.slab)
         token = SLAB_SOURCES.set(entry.sources)  # None unless a persisted cache tracks sources
         try:
             async with self._governor.limiter:
@@ -447,6 +448,13 @@ class ArrayLoader:
         assert view is not None  # zarr-read slabs decode into their slot or a scratch slab
 
         def place() -> None:
+            if isinstance(g, ChunkUnits):  # one chunk (an edge chunk is short): the rest is fill
+                unit = view[0]
+                got = np.asarray(data)
+                if got.shape != unit.shape:
+                    unit[...] = g.fill_value if g.fill_value is not None else 0
+                unit[tuple(slice(0, n) for n in got.shape)] = got
+                return
             view[: hi - lo] = np.moveaxis(np.asarray(data), axis, 0)
 
         def done(res: Any) -> None:
@@ -555,6 +563,8 @@ class ArrayLoader:
 
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
+        if error is None:
+            self.stats.bytes_decoded += self.apool.rows(entry.slab) * self.apool.spec.sample_nbytes
         if entry.is_streamed:  # never in the pool: nothing to mark or unpin
             if error is None:
                 self.stats.slabs_streamed += 1
@@ -585,14 +595,31 @@ def _reader_for(geom: ArrayGeometry, decoders: Sequence[str] | None) -> ArrayRea
     from insitu.plugins.registry import get_registry
 
     registered = get_registry().decoders
+    source = geom.source if isinstance(geom, ChunkUnits) else geom
     for name in decoders if decoders is not None else registered:
-        decoder = registered[name](geom) if name in registered else _unknown_decoder(name, registered)
+        decoder = registered[name](source) if name in registered else _unknown_decoder(name, registered)
         if decoder is not None:
             try:
+                if isinstance(geom, ChunkUnits):
+                    return ChunkReader(geom, decoder)
                 return ArrayReader(geom, decoder)
             except (UnsupportedCodec, ValueError):  # e.g. a shard index codec we cannot read
                 return None
     return None
+
+
+def _zarr_region(geom: ArrayGeometry, slab: int) -> tuple[tuple[Any, ...], int]:
+    """What zarr reads for one slab (or, pooled by chunk, one chunk's box), and where the sample
+    axis lands in the result."""
+    if isinstance(geom, ChunkUnits):
+        coords = geom.chunk_coords(slab)
+        box = tuple(
+            slice(i * c, min((i + 1) * c, n))
+            for i, c, n in zip(coords, geom.chunk_shape, geom.shape, strict=True)
+        )
+        return box, geom.sample_axis
+    c = geom.chunk_len
+    return geom.orthogonal_region(slice(slab * c, min((slab + 1) * c, geom.n_samples)))
 
 
 def _unknown_decoder(name: str, registered: Mapping[str, Any]) -> Any:

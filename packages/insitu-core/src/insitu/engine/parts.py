@@ -13,25 +13,31 @@ the cache directory's lock). :class:`EngineParts` releases them again, at
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from zarr.abc.store import Store
 
+from insitu.arrays.chunk_units import ChunkUnits
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.labels import ArrayOutputs, Labels
 from insitu.arrays.statics import read_statics
+from insitu.arrays.transforms import SlabSpec
 from insitu.engine.cache import PersistentCache, metadata_digest, store_digest
 from insitu.engine.gather import BatchTransform, Gatherer
 from insitu.engine.loader import Engine, EngineSettings
 from insitu.engine.passes import PassService
+from insitu.engine.patch_gather import PatchGatherer
 from insitu.engine.pool import ChunkPool
 from insitu.engine.residency import open_pool
+from insitu.errors import ConfigError
 from insitu.options import BadChunkPolicy, CacheOptions, ReadOptions
-from insitu.plan.budget import MemoryPlan, plan_memory
+from insitu.plan.budget import MemoryPlan, auto_budget, plan_memory
 from insitu.plan.limits import check_fits
-from insitu.plan.memory_model import pass_footprint
+from insitu.plan.memory_model import PassFootprint, arena_bytes, pass_footprint
+from insitu.plan.patch_plans import PatchPlans
+from insitu.plan.patches_spec import PatchGrid
 from insitu.plan.splits import SplitManifest
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
 from insitu.store.retry import RetryPolicy
@@ -63,6 +69,86 @@ def size_pool(
     held = pass_footprint(arrays, outputs.specs, labels.sampled, memory.slots, options, n_samples=n_samples)
     check_fits(held, arrays, outputs.specs, options, pool_in_memory=cache.cache_dir is None)
     return memory
+
+
+@dataclass(frozen=True)
+class PatchPool:
+    """What a dataset sampling patches pools: each array one stored chunk per slot
+    (:class:`~insitu.arrays.chunk_units.ChunkUnits`), the slot each chunk makes after its chunk
+    transforms, what one patch row of each label is, and the patch grid the gatherer places
+    patches on."""
+
+    units: dict[str, ChunkUnits]
+    specs: dict[str, SlabSpec]
+    label_specs: dict[str, SlabSpec]
+    grid: PatchGrid
+
+
+def size_patch_pool(
+    labels: Labels,
+    outputs: ArrayOutputs,
+    plans: PatchPlans,
+    options: ReadOptions,
+    cache: CacheOptions,
+    *,
+    world_size: int,
+) -> tuple[PatchPool, MemoryPlan]:
+    """The pool of a patch dataset: its arrays by chunk, and slots per array for the budget's
+    share of their chunks, never fewer than the chunks the blocks in flight of any split's pass
+    pin at once (a chunk cannot be streamed; arena pages are committed only as slots fill, so
+    those slots cost memory only while a pass holds them)."""
+    units: dict[str, ChunkUnits] = {}
+    specs: dict[str, SlabSpec] = {}
+    for path, g in labels.pooled.items():
+        unit = units[path] = ChunkUnits.of(g)
+        out = outputs.specs[path]
+        if out.sample_shape != g.sample_shape:
+            raise ConfigError(
+                f"the chunk transforms of array {path!r} change its samples from {g.sample_shape} to "
+                f"{out.sample_shape}; patches are placed on the stored array, so only transforms that "
+                "keep the shape (CF decoding, casts, normalisation) can run with patch="
+            )
+        specs[path] = SlabSpec((1, *unit.chunk_shape), out.dtype)
+    need = {path: arena_bytes(specs[path], -(-u.n_slabs // world_size)) for path, u in units.items()}
+    static_bytes = sum(outputs.static_nbytes.values())
+    budget = (
+        auto_budget(need, static_bytes)
+        if cache.budget_bytes is None
+        else max(0, cache.budget_bytes - static_bytes)
+    )
+    total = sum(need.values())
+    window = patch_window_slots(plans, options, world_size=world_size)
+    slots = {}
+    for path, u in units.items():
+        share = budget if total == 0 else budget * need[path] / total
+        slots[path] = int(min(u.n_slabs, max(window[path], share // max(1, specs[path].nbytes))))
+    memory = MemoryPlan(budget, slots)
+    grid = plans.grid
+    gather_specs = {
+        g.label: SlabSpec((1, *grid.delivered_shape), specs[g.path].dtype) for g in labels.sampled
+    }
+    held = PassFootprint(
+        arenas=sum(arena_bytes(specs[p], slots[p]) for p in specs),
+        batch_bytes={label: spec.sample_nbytes * options.batch_size for label, spec in gather_specs.items()},
+        batches=1 + options.prefetch,
+        readahead=0,
+        largest_slab=max((spec.nbytes for spec in specs.values()), default=0),
+    )
+    check_fits(held, units, specs, options, pool_in_memory=cache.cache_dir is None)
+    return PatchPool(units, specs, gather_specs, grid), memory
+
+
+def patch_window_slots(plans: PatchPlans, options: ReadOptions, *, world_size: int) -> dict[str, int]:
+    """Per array, the most chunks any split's first-epoch pass pins at once with the read-ahead
+    asked for (the blocks of one batch and ``readahead_blocks`` more), plus a margin for other
+    epochs' blocks, whose shapes are the same but whose halos differ."""
+    found: dict[str, int] = {}
+    for split in plans.manifest.names:
+        plan = plans.get(split, split == "train" and options.shuffle, 0, rank=0, world_size=world_size)
+        window = min(plan.n_blocks, plan.batch_span + options.readahead_blocks + 1)
+        for path in plan.arrays:
+            found[path] = max(found.get(path, 0), plan.max_slots(path, window))
+    return {path: n + -(-n // 8) for path, n in found.items()}
 
 
 @dataclass
@@ -120,12 +206,16 @@ def start_parts(
     retry: RetryPolicy,
     decoders: Sequence[str] | None,
     batch_transforms: Sequence[BatchTransform],
+    patches: PatchPool | None = None,
 ) -> EngineParts:
     """Pool (or persisted cache), engine, static fields, gatherer, restored slabs and the iteration
-    service: in that order, and a step that fails releases what the steps before it hold."""
+    service: in that order, and a step that fails releases what the steps before it hold. With
+    ``patches``, the arrays are pooled by chunk and batches gathered as patches."""
     chains = outputs.chains
+    pooled: Mapping[str, ArrayGeometry] = labels.pooled if patches is None else patches.units
+    specs = outputs.specs if patches is None else patches.specs
     with contextlib.ExitStack() as undo:
-        pool, persisted = open_pool(store, labels.pooled, outputs.specs, memory, cache, chains.transforms)
+        pool, persisted = open_pool(store, pooled, specs, memory, cache, chains.transforms)
         if persisted is not None:
             undo.callback(persisted.release)
         settings = EngineSettings(
@@ -146,12 +236,25 @@ def start_parts(
         )
         undo.callback(engine.shutdown_threads)
         static_values = run_sync(read_statics(store, engine.fetcher, labels.statics, chains.transforms))
-        gatherer = Gatherer(
-            pool,
-            labels.sampled,
-            batch_transforms,
-            statics=static_values,
-            sample_coord=labels.sample_coord(),
+        gatherer = (
+            Gatherer(
+                pool,
+                labels.sampled,
+                batch_transforms,
+                statics=static_values,
+                sample_coord=labels.sample_coord(),
+            )
+            if patches is None
+            else PatchGatherer(
+                pool,
+                labels.sampled,
+                patches.grid,
+                batch_transforms,
+                statics=static_values,
+                static_dims={g.label: g.delivered_dims for g in labels.statics},
+                sample_coord=labels.sample_coord(),
+                patch_coords=labels.patch_coords(patches.grid.named),
+            )
         )
         undo.callback(gatherer.shutdown)
         if persisted is not None:

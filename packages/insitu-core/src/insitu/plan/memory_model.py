@@ -103,8 +103,8 @@ def readahead_rows(plan: EpochPlan, *, readahead_blocks: int, prefetch: int) -> 
     """Batch rows a pass over ``plan`` holds at most besides the pool: the most rows of any run of
     consecutive blocks as long as the blocks one batch draws from plus ``readahead_blocks`` (the
     rows streamed slabs are decoded into), and ``prefetch`` batches waiting in the queue."""
-    starts = plan.order.block_starts
-    n = plan.order.n_blocks
+    starts = plan.block_starts
+    n = plan.n_blocks
     if n == 0:
         return 0
     window = min(n, plan.batch_span + readahead_blocks)

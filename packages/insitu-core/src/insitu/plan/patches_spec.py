@@ -161,6 +161,19 @@ class PatchGrid:
         """Shape of one patch over every axis of the reference array (1 along an unnamed sample axis)."""
         return tuple(a.size for a in self.axes)
 
+    @property
+    def delivered_axes(self) -> tuple[int, ...]:
+        """The axes a batch row of a patch holds: every axis but the sample axis, which only when
+        the patch names it."""
+        keep = self.sample_axis in self.named
+        return tuple(d for d in range(self.ndim) if d != self.sample_axis or keep)
+
+    @property
+    def delivered_shape(self) -> tuple[int, ...]:
+        """The shape of a batch row of a patch: :attr:`patch_shape` over :attr:`delivered_axes`."""
+        box = self.patch_shape
+        return tuple(box[d] for d in self.delivered_axes)
+
     def unravel(self, positions: np.ndarray) -> tuple[np.ndarray, ...]:
         """The per-axis indices ``k_d`` of position numbers."""
         return tuple(np.unravel_index(np.asarray(positions, dtype=np.int64), self.counts))

@@ -11,22 +11,32 @@ from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
 from insitu.plan.order import order_with_runs
+from insitu.plan.patch_plans import PatchPlans
+from insitu.plan.patches_spec import PatchSpec
 from insitu.plan.reads import EpochPlan, plan_epoch
 from insitu.plan.splits import SplitManifest
 from insitu.plan.temporaries import without_hugepage_hint
 
 # EpochPlan and Segment are what EpochPlans.get returns and takes: listed so that a caller
 # forwarding it (the dataset's plan()) names them from here.
-__all__ = ["EpochPlan", "EpochPlans", "Segment", "dataset_plans"]
+__all__ = ["EpochPlan", "EpochPlans", "PatchPlans", "PatchSpec", "Segment", "dataset_plans"]
 
 
 def dataset_plans(
-    manifest: SplitManifest, labels: Sequence[ArrayGeometry], options: ReadOptions, sharding: ShardOptions
-) -> EpochPlans:
+    manifest: SplitManifest,
+    labels: Sequence[ArrayGeometry],
+    options: ReadOptions,
+    sharding: ShardOptions,
+    *,
+    patch: PatchSpec | None = None,
+) -> EpochPlans | PatchPlans:
     """The plans of a dataset's labels, anchored where every label reads inside its array; what each
-    split loses to that at the ends of the data is logged (a split left with nothing is refused)."""
+    split loses to that at the ends of the data is logged (a split left with nothing is refused).
+    With ``patch``, plans of patches (:class:`~insitu.plan.patch_plans.PatchPlans`)."""
     anchors = anchor_range(labels, manifest)
     unused = unused_anchors(manifest, anchors, labels)
+    if patch is not None:
+        return PatchPlans(manifest, labels, anchors, patch, options, sharding, unused_anchors=unused)
     return EpochPlans(manifest, labels, anchors, options, sharding, unused_anchors=unused)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.plan.order import EpochOrder, EpochRuns, sorted_unique
+from insitu.plan.patches_order import PatchOrder
 from insitu.plan.splits import concat_runs
 
 __all__ = ["ArrayNeeds", "BlockNeeds", "EpochPlan", "plan_epoch", "sorted_unique"]
@@ -110,17 +111,58 @@ class _BlockNeedsSequence(Sequence[Mapping[str, BlockNeeds]]):
 @dataclass(frozen=True, eq=False)
 class EpochPlan:
     """One epoch's read plan for a view: the order, the batches cut from it, and the slabs every block
-    needs of every pooled array."""
+    needs of every pooled array.
 
-    order: EpochOrder
+    The order is of samples (:class:`~insitu.plan.order.EpochOrder`: anchors along the sample
+    axis, arrays pooled by slab) or of patches (:class:`~insitu.plan.patches_order.PatchOrder`:
+    patch positions, arrays pooled by chunk, ``arrays`` holding flat chunk ids); either way
+    positions run block after block and batches are cut from them.
+    """
+
+    order: EpochOrder | PatchOrder
     batch_size: int
     n_batches: int
-    arrays: Mapping[str, ArrayNeeds]  # per array path: every block's slabs
+    arrays: Mapping[str, ArrayNeeds]  # per array path: every block's slabs (patches: chunks)
+
+    @property
+    def n_blocks(self) -> int:
+        """Number of blocks."""
+        return self.order.n_blocks
+
+    @property
+    def block_starts(self) -> np.ndarray:
+        """Block ``b`` holds positions ``block_starts[b]:block_starts[b + 1]`` of the order."""
+        order = self.order
+        return order.starts if isinstance(order, PatchOrder) else order.block_starts
+
+    @property
+    def n_positions(self) -> int:
+        """Positions (samples or patches) the order holds, padding included."""
+        order = self.order
+        return order.n_patches if isinstance(order, PatchOrder) else len(order.anchors)
+
+    @property
+    def n_valid(self) -> int:
+        """Positions from this one on repeat earlier ones (``uneven="pad"``); -1: none do."""
+        return self.order.n_valid
+
+    @property
+    def patches(self) -> PatchOrder | None:
+        """The patch order of a patch plan; None for a plan of samples."""
+        return self.order if isinstance(self.order, PatchOrder) else None
+
+    @property
+    def anchors(self) -> np.ndarray:
+        """The anchors of a plan of samples, in delivery order."""
+        order = self.order
+        if isinstance(order, PatchOrder):
+            raise TypeError("a patch plan has patch positions, not anchors (see EpochPlan.patches)")
+        return order.anchors
 
     @property
     def needs(self) -> Sequence[Mapping[str, BlockNeeds]]:
         """Per block: ``{array path: BlockNeeds}``."""
-        return _BlockNeedsSequence(self.arrays, self.order.n_blocks)
+        return _BlockNeedsSequence(self.arrays, self.n_blocks)
 
     def block_needs(self, b: int) -> dict[str, BlockNeeds]:
         """``{array path: BlockNeeds}`` of block ``b``."""
@@ -130,11 +172,19 @@ class EpochPlan:
         """``[lo, hi)``: the positions in the epoch order that batch ``k`` delivers (the last batch may be
         short)."""
         lo = k * self.batch_size
-        return lo, min(lo + self.batch_size, len(self.order.anchors))
+        return lo, min(lo + self.batch_size, self.n_positions)
 
     def block_of(self, position: int) -> int:
         """Block holding anchor ``position`` of the epoch order."""
-        return int(np.searchsorted(self.order.block_starts, position, side="right") - 1)
+        return int(np.searchsorted(self.block_starts, position, side="right") - 1)
+
+    @functools.cached_property
+    def distinct_chunks(self) -> int:
+        """Patch plans: the distinct stored chunks the epoch reads over every array (0 for a plan
+        of samples, where counting them would cost a pass over every slab)."""
+        if self.patches is None:
+            return 0
+        return sum(len(np.unique(needs.slabs)) for needs in self.arrays.values())
 
     @functools.cached_property
     def batch_span(self) -> int:
@@ -142,8 +192,8 @@ class EpochPlan:
         if self.n_batches == 0:
             return 1
         starts = np.arange(self.n_batches, dtype=np.int64) * self.batch_size
-        ends = np.minimum(starts + self.batch_size, len(self.order.anchors)) - 1
-        bs = self.order.block_starts
+        ends = np.minimum(starts + self.batch_size, self.n_positions) - 1
+        bs = self.block_starts
         first = np.searchsorted(bs, starts, side="right") - 1
         last = np.searchsorted(bs, ends, side="right") - 1
         return int((last - first).max()) + 1

@@ -1,0 +1,320 @@
+"""Gathering batches of patches out of a pool of chunks.
+
+A patch is a box of the reference array; each array sampled with it holds the
+same box (a window's box moved along the sample axis by its offset), pooled
+one stored chunk per slot (:mod:`insitu.arrays.chunk_units`). A patch reads
+every chunk its box touches, at most ``ceil((size - 1) / chunk) + 1`` per axis,
+so the chunks of a batch are a fixed number per patch: which unit and which
+slot each is, is worked out on the event loop with a few whole-batch numpy
+operations while the chunks are pinned (slot numbers cannot change under it),
+and the copies, one per (patch, chunk) pair, run on the gather thread into a
+recycled batch buffer. Where a padded patch (``patch_edge="pad"``) runs past
+the end of the array, its elements are the array's fill value (NaN for
+floats) and :attr:`~insitu.Batch.patch_extent` says how far it is valid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from insitu.arrays.chunk_units import ChunkUnits
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.arrays.lazycoords import LazyValues
+from insitu.arrays.transforms import SlabSpec
+from insitu.batch import Batch, BatchPatches
+from insitu.engine.gather import BatchRows, BatchTransform, Gatherer
+from insitu.engine.pool import ChunkPool
+from insitu.plan.patches_spec import PatchGrid
+
+
+@dataclass(frozen=True)
+class PatchShape:
+    """How one label reads a patch: the box per axis of its array, what a batch row holds, and the
+    chunks a box touches at most per axis."""
+
+    label: str
+    path: str
+    offset: int  # along the sample axis (a window)
+    box: tuple[int, ...]  # the patch's size on every axis of the array
+    delivered: tuple[int, ...]  # a batch row: the box without an unnamed sample axis
+    chunk_shape: tuple[int, ...]
+    grid: tuple[int, ...]  # chunks per axis
+    shape: tuple[int, ...]
+    fill: Any  # what padding holds
+
+    @property
+    def span(self) -> tuple[int, ...]:
+        """The most chunks a box touches along each axis."""
+        return tuple(
+            min(g, -(-(b - 1) // c) + 1)
+            for b, c, g in zip(self.box, self.chunk_shape, self.grid, strict=True)
+        )
+
+
+class PatchRows(BatchRows):
+    """Where the patches of one batch live: their origins, and per label the slot of every chunk
+    each patch touches (-1: none there, outside the array or past the box)."""
+
+    __slots__ = ("chunks", "extent", "origins", "slots")
+
+    def __init__(
+        self,
+        origins: np.ndarray,
+        sample_axis: int,
+        slots: dict[str, np.ndarray],
+        chunks: dict[str, np.ndarray],
+        extent: np.ndarray | None,
+        valid: np.ndarray | None,
+        keep: np.ndarray | None,
+    ) -> None:
+        super().__init__(origins[:, sample_axis].copy(), {}, {}, valid, keep)
+        self.origins = origins
+        self.slots = slots
+        self.chunks = chunks
+        self.extent = extent
+
+
+class PatchGatherer(Gatherer):
+    """Copies batches of patches out of one dataset's pool of chunks."""
+
+    def __init__(
+        self,
+        pool: ChunkPool,
+        labels: Sequence[ArrayGeometry],
+        grid: PatchGrid,
+        batch_transforms: Sequence[BatchTransform],
+        *,
+        statics: Mapping[str, np.ndarray] | None = None,
+        static_dims: Mapping[str, tuple[str | None, ...]] | None = None,
+        sample_coord: tuple[str, np.ndarray | LazyValues] | None = None,
+        patch_coords: Mapping[str, tuple[int, np.ndarray | LazyValues]] | None = None,
+    ) -> None:
+        super().__init__(pool, labels, batch_transforms, statics=statics, sample_coord=sample_coord)
+        self.grid = grid
+        self.patch_coords = dict(patch_coords or {})
+        # Static fields on the patch's dimensions (a land-sea mask, orography under lat/lon
+        # patches) come cropped to each patch; others come whole, as for cross-sections.
+        self.static_boxes = {
+            label: box
+            for label, value in self.statics.items()
+            if (box := _static_box(value.shape[1:], (static_dims or {}).get(label, ()), grid)) is not None
+        }
+        self.sample_axis = grid.sample_axis
+        self.padded = grid.edge == "pad"
+        box = grid.patch_shape
+        delivered = grid.delivered_shape
+        self.shapes: dict[str, PatchShape] = {}
+        for g in self.labels:
+            apool = pool.arrays[g.path]
+            units = apool.geom
+            assert isinstance(units, ChunkUnits), "a patch pool holds chunk units"
+            dtype = apool.spec.dtype
+            fill = np.nan if dtype.kind in "fc" else (g.fill_value if g.fill_value is not None else 0)
+            self.shapes[g.label] = PatchShape(
+                g.label, g.path, g.offset, box, delivered, units.chunk_shape, units.grid, units.shape, fill
+            )
+        # What a batch row of each label is (a sample of one row per patch), for describe() and the
+        # memory model.
+        self.specs = {g.label: SlabSpec((1, *delivered), pool.arrays[g.path].spec.dtype) for g in self.labels}
+
+    def patch_rows(self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool) -> PatchRows:
+        """The slots of every chunk each patch at ``origins`` reads, per label. With ``skip_bad``,
+        patches touching a bad chunk are dropped.
+
+        Call on the loop thread while every chunk involved is pinned."""
+        pools = self.pool.arrays
+        keep: np.ndarray | None = None
+        slots: dict[str, np.ndarray] = {}
+        chunks: dict[str, np.ndarray] = {}
+        for label, shape in self.shapes.items():
+            units = _touched_units(origins, shape, self.sample_axis)
+            chunks[label] = units
+            there = units >= 0
+            slot = np.full(units.shape, -1, dtype=np.int64)
+            slot[there] = pools[shape.path].slab_to_slot[units[there]]
+            if (slot[there] < 0).any():
+                raise RuntimeError(f"internal error: a chunk of {label!r} is not resident at gather time")
+            slots[label] = slot
+            if skip_bad:
+                bad = np.zeros(units.shape, dtype=bool)
+                bad[there] = pools[shape.path].bad[units[there]]
+                hit = np.asarray(bad.any(axis=1))
+                if hit.any():
+                    keep = ~hit if keep is None else np.logical_and(keep, ~hit)
+        if keep is not None and keep.all():
+            keep = None
+        extent = self.grid.valid_extent(origins) if self.padded else None
+        return PatchRows(origins, self.sample_axis, slots, chunks, extent, valid, keep)
+
+    def gather(
+        self,
+        where: BatchRows,
+        *,
+        split: str,
+        epoch: int,
+        index: int,
+        buffers: Mapping[str, np.ndarray] | None = None,
+    ) -> Batch:
+        """The batch of patches at ``where`` (runs on the gather thread), batch transforms applied."""
+        assert isinstance(where, PatchRows)
+        pools = self.pool.arrays
+        n = len(where.origins)
+        origins, valid, extent, keep = where.origins, where.valid, where.extent, where.keep
+        data: dict[str, np.ndarray] = {}
+        reads: dict[str, np.ndarray] = {}
+        sample = origins[:, self.sample_axis]
+        for label, shape in self.shapes.items():
+            spec = self.specs[label]
+            out = self.buffers.empty((n, *shape.delivered), spec.dtype)
+            boxes = out.reshape((n, *shape.box))  # the unnamed sample axis back, as one element
+            arena = pools[shape.path].arena
+            _copy_patches(
+                boxes, arena, origins, shape, where.chunks[label], where.slots[label], self.sample_axis
+            )
+            data[label] = out if keep is None else out[keep]
+            reads[label] = sample + shape.offset
+        if keep is not None:
+            origins = origins[keep]
+            sample = sample[keep]
+            valid = valid[keep] if valid is not None else None
+            extent = extent[keep] if extent is not None else None
+            reads = {label: r[keep] for label, r in reads.items()}
+        for label, value in self.statics.items():
+            axes = self.static_boxes.get(label)
+            if axes is None:
+                data[label] = value.copy()  # resident once; each batch gets its own
+            else:
+                data[label] = _crop_static(value[0], axes, self.grid.patch_shape, origins)
+        batch = Batch(
+            data,
+            sample.copy(),
+            reads,
+            split,
+            epoch,
+            index,
+            valid,
+            sample_dim=self.sample_dim,
+            sample_coord=self.sample_coord,
+            patches=BatchPatches(
+                origins.copy(),
+                self.grid.patch_shape,
+                self.grid.delivered_axes,
+                None if extent is None else extent.copy(),
+                self.patch_coords,
+            ),
+        )
+        for t in self.batch_transforms:
+            batch = t(batch)
+        return batch
+
+    def static_shape(self, label: str) -> tuple[int, ...]:
+        """A static field on the patch's dimensions is cropped to the patch; others come whole."""
+        axes = self.static_boxes.get(label)
+        if axes is None:
+            return super().static_shape(label)
+        extent = self.statics[label].shape[1:]
+        return tuple(n if a is None else self.grid.patch_shape[a] for n, a in zip(extent, axes, strict=True))
+
+    def static_rows(self, label: str, n: int) -> int:
+        """A cropped static field has one row per patch."""
+        return n if label in self.static_boxes else 1
+
+
+def _static_box(
+    shape: tuple[int, ...], dims: tuple[str | None, ...], grid: PatchGrid
+) -> tuple[int | None, ...] | None:
+    """Per axis of a static field, the reference axis whose patch crops it (None: kept whole), when
+    the field lies on the reference grid along at least one patched axis; else None."""
+    if len(dims) != len(shape) or None in dims:
+        return None
+    axes: list[int | None] = []
+    for dim, n in zip(dims, shape, strict=True):
+        a = grid.dims.index(dim) if dim in grid.dims else None
+        axes.append(a if a is not None and a in grid.named and grid.shape[a] == n else None)
+    return tuple(axes) if any(a is not None for a in axes) else None
+
+
+def _crop_static(
+    value: np.ndarray, axes: tuple[int | None, ...], box: tuple[int, ...], origins: np.ndarray
+) -> np.ndarray:
+    """Each patch's box of a static field, one row per patch (the fill value past its end)."""
+    shape = tuple(n if a is None else box[a] for n, a in zip(value.shape, axes, strict=True))
+    out = np.empty((len(origins), *shape), dtype=value.dtype)
+    fill = np.nan if value.dtype.kind in "fc" else 0
+    for i, origin in enumerate(origins.tolist()):
+        index = tuple(slice(None) if a is None else slice(origin[a], origin[a] + box[a]) for a in axes)
+        part = value[index]
+        if part.shape != shape:
+            out[i] = fill
+        out[i][tuple(slice(0, n) for n in part.shape)] = part
+    return out
+
+
+def _touched_units(origins: np.ndarray, shape: PatchShape, sample_axis: int) -> np.ndarray:
+    """Per patch, the unit (flat chunk id) of every chunk its box touches, ``(n, prod(span))``,
+    -1 where a patch touches fewer (a box aligned with the chunks, or past the array's end)."""
+    n = len(origins)
+    span = shape.span
+    first = np.empty((n, len(span)), dtype=np.int64)
+    last = np.empty((n, len(span)), dtype=np.int64)
+    for d, (b, c, size) in enumerate(zip(shape.box, shape.chunk_shape, shape.shape, strict=True)):
+        lo = origins[:, d] + (shape.offset if d == sample_axis else 0)
+        hi = np.minimum(lo + b, size) - 1  # the last element inside the array
+        first[:, d] = lo // c
+        last[:, d] = hi // c
+    steps = np.array(list(itertools.product(*(range(s) for s in span))), dtype=np.int64)  # (k, ndim)
+    coords = first[:, None, :] + steps[None, :, :]  # (n, k, ndim)
+    inside = (coords <= last[:, None, :]).all(axis=2)
+    flat = np.ravel_multi_index(
+        tuple(np.moveaxis(np.minimum(coords, np.array(shape.grid) - 1), 2, 0)), shape.grid
+    )
+    return np.where(inside, flat, -1)
+
+
+def _copy_patches(
+    boxes: np.ndarray,
+    arena: np.ndarray,
+    origins: np.ndarray,
+    shape: PatchShape,
+    units: np.ndarray,
+    slots: np.ndarray,
+    sample_axis: int,
+) -> None:
+    """Copy each patch's part of every chunk it touches into ``boxes`` (one row per patch); fill
+    what lies past the end of the array."""
+    grid = shape.grid
+    chunk = shape.chunk_shape
+    starts = origins.copy()
+    starts[:, sample_axis] += shape.offset
+    ends = starts + np.array(shape.box)
+    short = (ends > np.array(shape.shape)).any(axis=1)
+    for i in range(len(starts)):
+        row = boxes[i]
+        if short[i]:
+            row[...] = shape.fill
+        o = starts[i].tolist()
+        e = ends[i].tolist()
+        for u, s in zip(units[i].tolist(), slots[i].tolist(), strict=True):
+            if u < 0:
+                continue
+            coords = np.unravel_index(u, grid)
+            src = []
+            dst = []
+            for d, j in enumerate(coords):
+                c0 = int(j) * chunk[d]
+                lo = max(o[d], c0)
+                hi = min(e[d], c0 + chunk[d], shape.shape[d])
+                src.append(slice(lo - c0, hi - c0))
+                dst.append(slice(lo - o[d], hi - o[d]))
+            row[tuple(dst)] = arena[s][tuple(src)]
+
+
+def patch_nbytes(shapes: Mapping[str, PatchShape], specs: Mapping[str, SlabSpec]) -> int:
+    """Bytes of one delivered patch over every label."""
+    return sum(math.prod(s.delivered) * specs[label].dtype.itemsize for label, s in shapes.items())

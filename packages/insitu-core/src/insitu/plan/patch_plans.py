@@ -1,0 +1,177 @@
+"""The read plans of a dataset that samples patches, made per (view, epoch) like
+:class:`~insitu.plan.plans.EpochPlans` makes them for whole cross-sections.
+
+Per split, the patch positions are planned once as boxes per region
+(:func:`~insitu.plan.patches.plan_patches`: the split's chunks along the
+sample axis are cells, so a patch that would read another split's chunk is
+left out); per (split, shuffle, rank, world size, epoch) they are ordered in
+blocks (:func:`~insitu.plan.patches.epoch_patches`) and each pooled array's
+chunks per block listed (:func:`~insitu.plan.patches_reads.patch_array_needs`),
+which is the :class:`~insitu.plan.reads.EpochPlan` a pass runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from insitu.arrays.geometry import ArrayGeometry
+from insitu.errors import ConfigError
+from insitu.options import ReadOptions, ShardOptions
+from insitu.plan.elastic import Segment
+from insitu.plan.patches import epoch_patches, plan_patches
+from insitu.plan.patches_order import PATCH_ORDER_VERSION
+from insitu.plan.patches_reads import patch_array_needs
+from insitu.plan.patches_regions import PatchSet
+from insitu.plan.patches_spec import PatchGrid, PatchSpec
+from insitu.plan.patches_split import SpatialSplit
+from insitu.plan.reads import EpochPlan
+from insitu.plan.splits import SplitManifest
+from insitu.plan.temporaries import without_hugepage_hint
+
+__all__ = ["PatchPlans", "check_patch_labels"]
+
+
+def check_patch_labels(labels: Sequence[ArrayGeometry]) -> ArrayGeometry:
+    """The reference array of a patch dataset (the first label, unshifted), after checking that
+    every sampled array lies on its grid: same shape and sample axis (chunkings may differ)."""
+    if not labels:
+        raise ConfigError("patch sampling needs at least one array with the sample dimension")
+    ref = labels[0].shift(-labels[0].offset)
+    for g in labels[1:]:
+        if tuple(g.shape) != tuple(ref.shape) or g.sample_axis != ref.sample_axis:
+            raise ConfigError(
+                f"array {g.name!r} (shape {tuple(g.shape)}, sample axis {g.sample_axis}) is not on the "
+                f"grid of {ref.name!r} (shape {tuple(ref.shape)}, sample axis {ref.sample_axis}); arrays "
+                "sampled together in patches must have the same shape (their chunkings may differ)"
+            )
+    return ref
+
+
+class PatchPlans:
+    """Patch plans of ``manifest``'s splits for the labels, made once per (split, order, rank,
+    epoch); the positions of each split are planned once."""
+
+    def __init__(
+        self,
+        manifest: SplitManifest,
+        labels: Sequence[ArrayGeometry],
+        anchors: tuple[int, int],
+        spec: PatchSpec,
+        options: ReadOptions,
+        sharding: ShardOptions,
+        *,
+        unused_anchors: dict[str, int] | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.labels = tuple(labels)
+        self.reference = check_patch_labels(self.labels)
+        self.anchors = anchors
+        self.unused_anchors = dict(unused_anchors or {})
+        self.spec = spec
+        self.options = options
+        self.sharding = sharding
+        self.cells = SpatialSplit.along_samples(manifest, self.reference)
+        self.grid: PatchGrid = spec.resolve(self.reference, sample_span=anchors)
+        self._offsets: dict[str, list[int]] = {}
+        self._chunks: dict[str, tuple[int, ...]] = {}
+        for g in self.labels:
+            self._offsets.setdefault(g.path, []).append(g.offset)
+            self._chunks[g.path] = tuple(g.chunk_shape)
+        self._lock = threading.Lock()
+        self._sets: dict[str, PatchSet] = {}
+        self._plans: dict[tuple[tuple[object, ...], int], EpochPlan] = {}
+
+    def describe(self) -> dict[str, Any]:
+        """What a resume state records of the patches (a state of other patches is refused)."""
+        spec = self.spec
+        return {
+            "size": {str(k): v for k, v in spec.size.items()},
+            "stride": [spec.stride_of(d) for d in spec.size],
+            "sampling": spec.sampling,
+            "patches_per_epoch": spec.patches_per_epoch,
+            "edge": spec.edge,
+            "order": PATCH_ORDER_VERSION,
+        }
+
+    def patch_set(self, split: str) -> PatchSet:
+        """The positions of ``split`` (``"all"``: every position), planned once."""
+        with self._lock:
+            found = self._sets.get(split)
+            if found is None:
+                with without_hugepage_hint():
+                    found = self._sets[split] = self._plan_set(split)
+        return found
+
+    def _plan_set(self, split: str) -> PatchSet:
+        if split == "all":
+            return plan_patches(self.reference, self.spec, sample_span=self.anchors)
+        patches = plan_patches(
+            self.reference, self.spec, sample_span=self.anchors, split=self.cells, split_name=split
+        )
+        if patches.n_patches == 0:
+            raise ConfigError(
+                f"split {split!r} holds no patch position: no patch of {dict(self.spec.size)} fits inside "
+                f"its chunks along the sample axis (chunks of {self.manifest.chunk_len} samples)"
+            )
+        return patches
+
+    def get(
+        self,
+        split: str,
+        shuffle: bool,
+        epoch: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        resumed_from: tuple[Segment, ...] = (),
+    ) -> EpochPlan:
+        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped."""
+        if resumed_from:
+            raise ConfigError(
+                "this state was saved at another world size; resuming patch sampling at a new world "
+                "size (elastic resume) is not supported yet: resume at the world size it was saved at"
+            )
+        patches = self.patch_set(split)
+        key = ((split, shuffle, rank, world_size), epoch)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                with without_hugepage_hint():
+                    plan = self._make(patches, split, shuffle, epoch, rank, world_size)
+                self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
+                self._plans[key] = plan
+        return plan
+
+    def _make(
+        self, patches: PatchSet, split: str, shuffle: bool, epoch: int, rank: int, world_size: int
+    ) -> EpochPlan:
+        opts = self.options
+        order = epoch_patches(
+            patches,
+            self.spec,
+            epoch=epoch,
+            seed=opts.seed,
+            split=split,
+            shuffle=shuffle,
+            block_chunks=opts.block_chunks,
+            first_block_chunks=_first_block_regions(patches, opts.batch_size),
+            rank=rank,
+            world_size=world_size,
+            uneven=self.sharding.uneven,
+        )
+        arrays = {
+            path: patch_array_needs(order, self._chunks[path], offsets)
+            for path, offsets in self._offsets.items()
+        }
+        n = order.n_patches
+        n_batches = n // opts.batch_size if opts.drop_last else -(-n // opts.batch_size)
+        return EpochPlan(order, opts.batch_size, n_batches, arrays)
+
+
+def _first_block_regions(patches: PatchSet, batch_size: int) -> int:
+    """Regions whose patches fill about one batch: the first block is served in parts that large,
+    so the first batch waits for few chunks."""
+    per_region = max(1, patches.n_patches // max(1, patches.n_boxes))
+    return max(1, -(-batch_size // per_region))
