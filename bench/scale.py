@@ -45,6 +45,16 @@ memory).
 
     python bench/scale.py --arrays 10 100 1000 5000
 
+``--patches SIDE`` measures patch sampling at scale: a metadata-only square uint8 raster of
+``SIDE`` x ``SIDE`` in 512 x 512 chunks (default 65,536: the 16 GB mosaic), sampled in 32 x 32
+patches (4.2 million positions; ``--patch`` and ``--patch-chunk`` change them): ``construct_s``
+(``InSituDataset(..., patch=...)``: every split's positions planned as regions, the first
+epoch's blocks sized for the pool), ``first_batch_s`` (``iter`` and ``next``), ``peak_MB``
+beyond the interpreter. Target: seconds and well under 1 GB.
+
+    python bench/scale.py --patches 65536
+    python bench/scale.py --patches 65536 131072 --patch 16 --world 64
+
 Run it with insitu-core installed (``.nox/tests-core-3-11/bin/python``); results
 go to ``bench/results/scale.json`` unless ``--out`` says otherwise.
 """
@@ -53,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -157,6 +168,89 @@ def measure_arrays(root: str) -> dict[str, Any]:
     }
 
 
+def measure_patches(root: str, patch: int, world: int) -> dict[str, Any]:
+    """One patch-sampling measurement, in this (fresh) process: construct, first batch, memory."""
+    import insitu
+
+    floor = _status_kb("VmRSS")
+    clock = time.perf_counter
+    store = insitu.open_store(root)
+    (geom,) = insitu.open_geometries(store).values()
+    manifest = insitu.split_by_chunk(geom, (0.8, 0.1, 0.1))
+    t0 = clock()
+    ds = insitu.InSituDataset(
+        store,
+        manifest,
+        [geom],
+        patch={"y": patch, "x": patch},
+        batch_size=256,
+        world_size=world,
+        rank=world - 1,
+    )
+    t1 = clock()
+    batch = next(iter(ds.train))
+    t2 = clock()
+    out = {
+        "positions": int(math.prod(-(-n // patch) for n in geom.shape)),
+        "train_positions": ds.train.plan().n_positions,
+        "construct_s": t1 - t0,
+        "first_batch_s": t2 - t1,
+        "peak_MB": (_status_kb("VmHWM") - floor) / 1024,
+        "batch_shape": list(batch[geom.label].shape),
+    }
+    ds.close()
+    return out
+
+
+def make_raster(work: Path, side: int, chunk: int) -> str:
+    """A metadata-only ``side`` x ``side`` uint8 raster in ``chunk`` x ``chunk`` chunks (no chunk
+    written: reads find them absent and fill)."""
+    import zarr
+
+    root = work / f"raster-{side}-{chunk}.zarr"
+    if not (root / "mosaic" / "zarr.json").exists():
+        zarr.create_array(
+            str(root),
+            name="mosaic",
+            shape=(side, side),
+            chunks=(chunk, chunk),
+            dtype="uint8",
+            fill_value=7,
+            dimension_names=("y", "x"),
+        )
+    return str(root)
+
+
+def run_patches(args: argparse.Namespace) -> None:
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(
+        f"{'side':>7} {'patch':>5} {'world':>5} {'positions':>10} {'constr s':>8} {'1st batch s':>11} {'peak MB':>8}"
+    )
+    for side in args.patches:
+        root = make_raster(args.work, side, args.patch_chunk)
+        for world in args.world:
+            cmd = [sys.executable, __file__, "--one-patches", root, str(args.patch), str(world)]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                print(f"{side:>7} failed: {done.stderr.strip()[-400:]}")
+                continue
+            row = {"side": side, "chunk": args.patch_chunk, "patch": args.patch, "world": world}
+            row |= json.loads(done.stdout.splitlines()[-1])
+            rows.append(row)
+            print(
+                f"{side:>7} {args.patch:>5} {world:>5} {row['positions']:>10} {row['construct_s']:>8.2f} "
+                f"{row['first_batch_s']:>11.3f} {row['peak_MB']:>8.0f}"
+            )
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    (args.out / "scale-patches.json").write_text(json.dumps(record, indent=1))
+
+
 def make_group(work: Path, n_arrays: int) -> str:
     """A zarr v3 group of ``n_arrays`` arrays ``v0000..``, metadata written by hand (no chunks:
     reads find them absent and fill), so building 5,000 takes a second rather than a minute."""
@@ -237,7 +331,24 @@ def main() -> None:
         "--one", nargs=5, metavar=("ROOT", "WORLD", "RANK", "EPOCH", "FROM"), help=argparse.SUPPRESS
     )
     ap.add_argument("--one-arrays", metavar="ROOT", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--patches",
+        type=int,
+        nargs="+",
+        metavar="SIDE",
+        help="measure patch sampling of SIDE x SIDE rasters instead",
+    )
+    ap.add_argument("--patch", type=int, default=32, help="patch side (with --patches)")
+    ap.add_argument("--patch-chunk", type=int, default=512, help="chunk side (with --patches)")
+    ap.add_argument("--one-patches", nargs=3, metavar=("ROOT", "PATCH", "WORLD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_patches:
+        root, patch, world = args.one_patches
+        print(json.dumps(measure_patches(root, int(patch), int(world))))
+        return
+    if args.patches:
+        run_patches(args)
+        return
     if args.one_arrays:
         print(json.dumps(measure_arrays(args.one_arrays)))
         return

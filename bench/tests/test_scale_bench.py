@@ -32,3 +32,18 @@ def test_scale_reports_every_world_size_and_an_epoch_per_chunk(tmp_path: Path, c
         assert r["setup_s"] == pytest.approx(r["split_s"] + r["construct_s"] + r["plan_s"])
         assert r["peak_MB"] >= 0
     assert "3000 chunks: setup" in capsys.readouterr().out
+
+
+def test_scale_measures_patch_sampling_of_a_raster(tmp_path: Path, capsys) -> None:
+    sys.argv = ["scale.py", "--patches", "2048", "--patch", "32", "--patch-chunk", "256", "--world", "1", "4"]
+    sys.argv += ["--work", str(tmp_path / "work"), "--out", str(tmp_path)]
+    scale.main()
+    rows = json.loads((tmp_path / "scale-patches.json").read_text())["rows"]
+    assert [r["world"] for r in rows] == [1, 4]
+    for r in rows:
+        assert r["positions"] == 64 * 64
+        assert 0 < r["train_positions"] <= r["positions"]
+        assert r["batch_shape"] == [256, 32, 32]
+        assert r["construct_s"] > 0
+        assert r["peak_MB"] >= 0
+    assert "2048" in capsys.readouterr().out

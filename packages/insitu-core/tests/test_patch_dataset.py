@@ -396,3 +396,109 @@ def test_a_selection_or_a_shape_changing_transform_is_refused(tmp_path: Path) ->
         insitu.InSituDataset(
             store, manifest, geometries=[geoms["v"]], patch={"x": 8}, chunk_transforms=[halve]
         )
+
+
+def test_sharded_arrays_and_a_persisted_cache_serve_patches(tmp_path: Path) -> None:
+    """Inner chunks of shards are the pool's units; a persisted cache keeps them across runs (the
+    second run reads nothing from the store and serves the same values)."""
+    src = _source((4, 64, 64))
+    root = tmp_path / "sharded.zarr"
+    z = zarr.create_array(
+        str(root),
+        shape=src.shape,
+        chunks=(1, 16, 16),
+        shards=(2, 32, 32),
+        dtype="f4",
+        dimension_names=("t", "y", "x"),
+    )
+    z[:] = src
+    store = insitu.open_store(str(root))
+    (name,) = insitu.open_geometries(store)
+    for run in range(2):
+        with _dataset(
+            store, [name], patch={"y": 24, "x": 24}, cache_dir=tmp_path / "cache", persist=True
+        ) as ds:
+            n = 0
+            for batch in _epoch(ds.train):
+                for row, (t, y, x) in zip(batch[name], batch.patch_origins.tolist(), strict=True):
+                    np.testing.assert_array_equal(row, src[t, y : y + 24, x : x + 24])
+                n += batch.size
+            assert n == 4 * 3 * 3
+            stats = ds.stats
+        if run == 0:
+            assert stats["chunks_decoded"] == 4 * 4 * 4
+        else:
+            assert stats["reads"] == 0
+            assert stats["chunks_decoded"] == 0
+            assert stats["cache_verified_slabs"] == 4 * 4 * 4
+
+
+def test_each_pass_reports_its_read_amplification(tmp_path: Path) -> None:
+    src = _source((2, 64, 64))
+    store = _store(tmp_path, {"v": (src, (1, 16, 16), ("t", "y", "x"))})
+    ds = _dataset(store, ["v"], patch={"y": 24, "x": 24}, patch_stride={"y": 20, "x": 20})
+    reports: list[Any] = []
+    ds.add_stats_callback(reports.append)
+    delivered = sum(b["v"].nbytes for b in _epoch(ds.train))
+    (report,) = reports
+    assert report.distinct_chunks == 2 * 4 * 4
+    assert report.read_amplification == 1.0
+    assert report.engine["bytes_delivered"] == delivered
+    assert report.decoded_per_delivered == pytest.approx(src.nbytes / delivered)
+    assert "read amplification 1.00" in report.line()
+    ds.set_epoch(1)
+    _epoch(ds.train)  # every chunk cached: nothing decoded
+    assert reports[-1].read_amplification == 0.0
+    assert ds.stats["decoded_per_delivered"] == pytest.approx(src.nbytes / (2 * delivered))
+
+
+@pytest.mark.parametrize("layout", ["blocks", "checkerboard"])
+def test_a_split_in_space_keeps_validation_patches_off_training_cells(tmp_path: Path, layout: str) -> None:
+    """The leakage rule of spatial cross-validation: no patch of one split reads an element of a
+    cell that belongs to another; every patch of a split lies inside its cells."""
+    src = _source((2, 96, 96))
+    store = _store(tmp_path, {"v": (src, (1, 16, 16), ("t", "y", "x"))})
+    geoms = insitu.open_geometries(store)
+    split = insitu.split_by_region(
+        geoms["v"], (0.5, 0.25, 0.25), dims=("y", "x"), cell_chunks=2, layout=layout
+    )
+    ds = insitu.InSituDataset(
+        store, split, geometries=[geoms["v"]], patch={"y": 12, "x": 12}, patch_stride={"y": 6, "x": 6}
+    )
+    cells = split.cell_map()  # cells of 32 x 32 elements
+    owner = np.repeat(np.repeat(cells, 32, axis=0), 32, axis=1)[:96, :96]
+    seen = {}
+    for index, name in enumerate(("train", "val", "test")):
+        origins = [o for b in _epoch(ds.view(name)) for o in b.patch_origins.tolist()]
+        assert origins, name
+        for _, y, x in origins:
+            assert (owner[y : y + 12, x : x + 12] == index).all(), (name, y, x)
+        seen[name] = {tuple(o) for o in origins}
+    assert not (seen["train"] & seen["val"])
+    # the JSON manifest round-trips into the same dataset order
+    again = insitu.InSituDataset(
+        store,
+        insitu.SpatialSplit.from_json(split.to_json()),
+        geometries=[geoms["v"]],
+        patch={"y": 12, "x": 12},
+        patch_stride={"y": 6, "x": 6},
+    )
+    assert [b.patch_origins.tolist() for b in _epoch(again.val)] == [
+        b.patch_origins.tolist() for b in _epoch(ds.val)
+    ]
+
+
+def test_a_split_in_space_needs_patches_and_its_own_reference(tmp_path: Path) -> None:
+    store = _store(
+        tmp_path,
+        {
+            "a": (_source((2, 64, 64)), (1, 16, 16), ("t", "y", "x")),
+            "b": (_source((2, 64, 64)), (1, 32, 32), ("t", "y", "x")),
+        },
+    )
+    geoms = insitu.open_geometries(store)
+    split = insitu.split_by_region(geoms["a"], (0.5, 0.5), dims=("y", "x"))
+    with pytest.raises(ConfigError, match="a SpatialSplit splits patch positions in space: give patch="):
+        insitu.InSituDataset(store, split, geometries=[geoms["a"]])
+    with pytest.raises(ConfigError, match=r"spatial split was made on 'a'.*not on 'b'"):
+        insitu.InSituDataset(store, split, geometries=[geoms["b"], geoms["a"]], patch={"y": 8, "x": 8})

@@ -38,7 +38,13 @@ def _write(path: Path, zarr_format: int) -> Path:
         coords={"time": time, "latitude": lat, "longitude": lon},
     )
     encoding = {
-        "t2m": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32767, "chunks": (4, 8, 16)},
+        "t2m": {
+            "dtype": "int16",
+            "scale_factor": 0.01,
+            "add_offset": 280.0,
+            "_FillValue": -32767,
+            "chunks": (4, 8, 16),
+        },
         "lsm": {"chunks": (15, 20)},
         "time": {"units": "hours since 1979-01-01", "dtype": "int64"},
     }

@@ -31,7 +31,7 @@ from insitu.store.fetch import ChunkFetcher
 from insitu.store.retry import RetryPolicy
 
 RECORDS = (EngineCounters, FetchCounters, CacheChecks, PoolGauges, InflightGauges)
-RATES = ("hit_rate", "stall_fraction", "samples_per_s")
+RATES = ("hit_rate", "stall_fraction", "samples_per_s", "decoded_per_delivered")
 CORE = Path(insitu.__file__).parent
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
         StoreTimeoutError,
         StoreUnavailableError,
     )
+    from insitu.plan.patches_split import SpatialSplit, split_by_region
     from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
     from insitu.sources import BatchedView
     from insitu.store.opener import open_store
@@ -57,6 +58,7 @@ _LAZY_NAMES: dict[str, str] = {
     "InSituError": "insitu.errors",
     "MetadataError": "insitu.errors",
     "RetryPolicy": "insitu.store.retry",
+    "SpatialSplit": "insitu.plan.patches_split",
     "SplitManifest": "insitu.plan.splits",
     "StaleCacheError": "insitu.errors",
     "StoreTimeoutError": "insitu.errors",
@@ -69,6 +71,7 @@ _LAZY_NAMES: dict[str, str] = {
     "select": "insitu.arrays.discovery",
     "split_by_chunk": "insitu.plan.splits",
     "split_by_coord": "insitu.plan.splits",
+    "split_by_region": "insitu.plan.patches_split",
     "transform_from_config": "insitu.arrays.transform_config",
 }
 
@@ -88,6 +91,7 @@ __all__ = [
     "InSituError",
     "MetadataError",
     "RetryPolicy",
+    "SpatialSplit",
     "SplitManifest",
     "StaleCacheError",
     "StoreTimeoutError",
@@ -101,6 +105,7 @@ __all__ = [
     "select",
     "split_by_chunk",
     "split_by_coord",
+    "split_by_region",
     "transform_from_config",
 ]
 

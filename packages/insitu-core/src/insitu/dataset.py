@@ -39,7 +39,15 @@ from insitu.options import (
     read_options,
     shard_options,
 )
-from insitu.plan.plans import EpochPlan, PatchPlans, PatchSpec, Segment, dataset_plans
+from insitu.plan.plans import (
+    EpochPlan,
+    PatchPlans,
+    PatchSpec,
+    Segment,
+    SpatialSplit,
+    dataset_plans,
+    sample_splits,
+)
 from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
 from insitu.stats import CacheChecks, PassReport, Stats
@@ -69,7 +77,8 @@ class InSituDataset:
         A zarr Store, or a path or URL for :func:`~insitu.open_store`.
     manifest
         The splits (:func:`~insitu.split_by_chunk`, :func:`~insitu.split_by_coord`); its
-        sample axis is the one every sampled array is read along.
+        sample axis is the one every sampled array is read along. With ``patch``, also a split
+        in space (:func:`~insitu.split_by_region`): no patch of one split reads another's cells.
     geometries
         The labels to deliver (``{label: geometry}`` or a sequence, shifted windows included);
         ``None``: every array of the store. Arrays without the sample dimension are static
@@ -153,7 +162,7 @@ class InSituDataset:
     def __init__(
         self,
         store: Store | str,
-        manifest: SplitManifest,
+        manifest: SplitManifest | SpatialSplit,
         geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None = None,
         *,
         batch_size: int = 32,
@@ -203,17 +212,22 @@ class InSituDataset:
         self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
         self.patch_spec = patch_spec(patch, patch_stride, patch_sampling, patches_per_epoch, patch_edge)
         given_retry = retry
-        retry = _checked_inputs(manifest, retry)
+        retry = _checked_inputs(manifest, retry, patched=self.patch_spec is not None)
         batch_transforms = batch_transform_chain(batch_transforms)
         # The store, and which single layer retries its reads.
         self.store = open_store(store)  # a Store passes through
         check_retry_owner(self.store, given_retry)
-        self.manifest = manifest
         # The labels (discovery, geometries=None, reads metadata under the chunks' policy), and the
-        # epoch plans over the samples at which every label can be read.
-        labels = self._labels = resolve_labels(self.store, geometries, _sample_axis_of(manifest), given_retry)
+        # epoch plans over the samples at which every label can be read. A split in space (patches
+        # only) leaves the sample axis whole in every split.
+        sample_axis = _sample_axis_of(manifest, geometries)
+        labels = self._labels = resolve_labels(self.store, geometries, sample_axis, given_retry)
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
-        self._plans = dataset_plans(manifest, self.labels, self.options, self.sharding, patch=self.patch_spec)
+        sample_manifest, spatial = sample_splits(manifest, self.labels)
+        self.manifest, self.spatial_split = sample_manifest, spatial
+        self._plans = dataset_plans(
+            sample_manifest, self.labels, self.options, self.sharding, patch=self.patch_spec, spatial=spatial
+        )
         self.anchor_range, self.unused_anchors = self._plans.anchors, self._plans.unused_anchors
         # What each array becomes after its chunk transforms, and how much of it the pool holds.
         outputs = labels.outputs(
@@ -228,7 +242,7 @@ class InSituDataset:
             memory = size_pool(
                 labels,
                 outputs,
-                manifest,
+                sample_manifest,
                 self.options,
                 self.cache_options,
                 world_size=self.world_size,
@@ -543,10 +557,20 @@ class InSituDataset:
             self._parts.abandon()
 
 
-def _checked_inputs(manifest: object, retry: object) -> RetryPolicy:
-    """The retry policy to use, after refusing a manifest or policy of the wrong type by name."""
-    if not isinstance(manifest, SplitManifest):
-        raise ConfigError(f"manifest must be a SplitManifest, got {type(manifest).__name__}: {manifest!r}")
+def _checked_inputs(manifest: object, retry: object, *, patched: bool) -> RetryPolicy:
+    """The retry policy to use, after refusing a manifest or policy of the wrong type by name (a
+    split in space only with patches)."""
+    if isinstance(manifest, SpatialSplit):
+        if not patched:
+            raise ConfigError(
+                "a SpatialSplit splits patch positions in space: give patch= sizes, or split whole "
+                "cross-sections along the sample axis with split_by_chunk"
+            )
+    elif not isinstance(manifest, SplitManifest):
+        raise ConfigError(
+            f"manifest must be a SplitManifest (or, with patch=, a SpatialSplit), got "
+            f"{type(manifest).__name__}: {manifest!r}"
+        )
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be an insitu.RetryPolicy, got {type(retry).__name__}: {retry!r}")
     return retry or RetryPolicy()
@@ -577,6 +601,18 @@ def patch_spec(
     return PatchSpec(size=patch, stride=stride, sampling=sampling, patches_per_epoch=per_epoch, edge=edge)
 
 
-def _sample_axis_of(manifest: SplitManifest) -> str | int:
-    """The manifest array's sample axis: by dimension name when it has one."""
-    return manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis
+def _sample_axis_of(
+    manifest: SplitManifest | SpatialSplit,
+    geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None,
+) -> str | int:
+    """The sample axis every label is read along: the manifest array's (by dimension name when it
+    has one); with a split in space, that of the first geometry given."""
+    if isinstance(manifest, SplitManifest):
+        return manifest.sample_dim if manifest.sample_dim is not None else manifest.sample_axis
+    given = list(geometries.values()) if isinstance(geometries, Mapping) else list(geometries or ())
+    if not given or not isinstance(given[0], ArrayGeometry):
+        raise ConfigError(
+            "with a SpatialSplit, give the arrays to sample (geometries=[...]): the first is the reference"
+        )
+    first = given[0]
+    return first.sample_dim if first.sample_dim is not None else first.sample_axis

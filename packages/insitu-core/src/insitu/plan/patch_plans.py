@@ -12,6 +12,7 @@ which is the :class:`~insitu.plan.reads.EpochPlan` a pass runs.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -63,6 +64,7 @@ class PatchPlans:
         sharding: ShardOptions,
         *,
         unused_anchors: dict[str, int] | None = None,
+        spatial: SpatialSplit | None = None,
     ) -> None:
         self.manifest = manifest
         self.labels = tuple(labels)
@@ -72,7 +74,11 @@ class PatchPlans:
         self.spec = spec
         self.options = options
         self.sharding = sharding
-        self.cells = SpatialSplit.along_samples(manifest, self.reference)
+        # Which patches are whose: cells in space, or the manifest's chunks along the sample axis.
+        self.spatial = spatial
+        if spatial is not None:
+            spatial.check_reference(self.reference)
+        self.cells = spatial if spatial is not None else SpatialSplit.along_samples(manifest, self.reference)
         self.grid: PatchGrid = spec.resolve(self.reference, sample_span=anchors)
         self._offsets: dict[str, list[int]] = {}
         self._chunks: dict[str, tuple[int, ...]] = {}
@@ -93,6 +99,9 @@ class PatchPlans:
             "patches_per_epoch": spec.patches_per_epoch,
             "edge": spec.edge,
             "order": PATCH_ORDER_VERSION,
+            "spatial_split": None
+            if self.spatial is None
+            else hashlib.sha256(self.spatial.to_json().encode()).hexdigest()[:16],
         }
 
     def patch_set(self, split: str) -> PatchSet:
@@ -111,9 +120,13 @@ class PatchPlans:
             self.reference, self.spec, sample_span=self.anchors, split=self.cells, split_name=split
         )
         if patches.n_patches == 0:
+            where = (
+                "its cells in space"
+                if self.spatial is not None
+                else f"its chunks along the sample axis (chunks of {self.manifest.chunk_len} samples)"
+            )
             raise ConfigError(
-                f"split {split!r} holds no patch position: no patch of {dict(self.spec.size)} fits inside "
-                f"its chunks along the sample axis (chunks of {self.manifest.chunk_len} samples)"
+                f"split {split!r} holds no patch position: no patch of {dict(self.spec.size)} fits inside {where}"
             )
         return patches
 

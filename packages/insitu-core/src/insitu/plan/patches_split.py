@@ -121,6 +121,33 @@ class SpatialSplit:
         """Cells along each split axis."""
         return tuple(-(-self.shape[a] // e) for a, e in zip(self.axes, self.cell_extent, strict=True))
 
+    def check_reference(self, geom: ArrayGeometry) -> None:
+        """Refuse, by name, a reference array this split was not made on (another shape or
+        chunking: its cells would not be chunk-aligned there)."""
+        if tuple(geom.shape) != self.shape or tuple(geom.chunk_shape) != self.chunk_shape:
+            raise ConfigError(
+                f"the spatial split was made on {self.label!r} (shape {self.shape}, chunks "
+                f"{self.chunk_shape}), not on {geom.label!r} (shape {tuple(geom.shape)}, chunks "
+                f"{tuple(geom.chunk_shape)}): split the reference array (the first one sampled)"
+            )
+
+    def sample_manifest(self, geom: ArrayGeometry) -> SplitManifest:
+        """The splits along the sample axis of ``geom`` that a split in space leaves: every split
+        holds every chunk (the cells decide which patches are whose), unless the spatial split
+        cuts the sample axis itself, whose cells then decide alone too."""
+        self.check_reference(geom)
+        every = np.arange(geom.n_slabs, dtype=np.int64)
+        return SplitManifest(
+            label=geom.label,
+            n_samples=geom.n_samples,
+            chunk_len=geom.chunk_len,
+            splits=dict.fromkeys(self.names, every),
+            sample_range=(0, geom.n_samples),
+            seed=self.seed,
+            sample_axis=geom.sample_axis,
+            sample_dim=geom.sample_dim,
+        )
+
     def cell_map(self) -> np.ndarray:
         """The split number of every cell (in the order of :attr:`names`; -1: in no split),
         shaped :attr:`cell_grid`."""

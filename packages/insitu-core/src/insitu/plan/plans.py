@@ -11,15 +11,25 @@ from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
 from insitu.plan.order import order_with_runs
-from insitu.plan.patch_plans import PatchPlans
+from insitu.plan.patch_plans import PatchPlans, check_patch_labels
 from insitu.plan.patches_spec import PatchSpec
+from insitu.plan.patches_split import SpatialSplit
 from insitu.plan.reads import EpochPlan, plan_epoch
 from insitu.plan.splits import SplitManifest
 from insitu.plan.temporaries import without_hugepage_hint
 
 # EpochPlan and Segment are what EpochPlans.get returns and takes: listed so that a caller
 # forwarding it (the dataset's plan()) names them from here.
-__all__ = ["EpochPlan", "EpochPlans", "PatchPlans", "PatchSpec", "Segment", "dataset_plans"]
+__all__ = [
+    "EpochPlan",
+    "EpochPlans",
+    "PatchPlans",
+    "PatchSpec",
+    "Segment",
+    "SpatialSplit",
+    "dataset_plans",
+    "sample_splits",
+]
 
 
 def dataset_plans(
@@ -29,6 +39,7 @@ def dataset_plans(
     sharding: ShardOptions,
     *,
     patch: PatchSpec | None = None,
+    spatial: SpatialSplit | None = None,
 ) -> EpochPlans | PatchPlans:
     """The plans of a dataset's labels, anchored where every label reads inside its array; what each
     split loses to that at the ends of the data is logged (a split left with nothing is refused).
@@ -36,8 +47,20 @@ def dataset_plans(
     anchors = anchor_range(labels, manifest)
     unused = unused_anchors(manifest, anchors, labels)
     if patch is not None:
-        return PatchPlans(manifest, labels, anchors, patch, options, sharding, unused_anchors=unused)
+        return PatchPlans(
+            manifest, labels, anchors, patch, options, sharding, unused_anchors=unused, spatial=spatial
+        )
     return EpochPlans(manifest, labels, anchors, options, sharding, unused_anchors=unused)
+
+
+def sample_splits(
+    manifest: SplitManifest | SpatialSplit, labels: Sequence[ArrayGeometry]
+) -> tuple[SplitManifest, SpatialSplit | None]:
+    """The splits along the sample axis, and the split in space when ``manifest`` is one (patches
+    only: every split then holds every chunk along the sample axis, the cells decide)."""
+    if isinstance(manifest, SpatialSplit):
+        return manifest.sample_manifest(check_patch_labels(labels)), manifest
+    return manifest, None
 
 
 class EpochPlans:
