@@ -13,6 +13,8 @@ Per axis of extent ``n``, with patch size ``s`` and stride ``t``::
     drop   0   t   2t  ...  (m-1)t              m = (n - s) // t + 1 complete patches
     shift  0   t   2t  ...  (m-1)t   n - s      the last patch moved inward to end at n
     pad    0   t   2t  ...  (m-1)t   m*t        runs past n; the valid extent is n - m*t
+                                               (added only when it starts before n: with
+                                               t > s the gaps may leave it out)
 
 ``shift`` (the default) and ``pad`` cover every element (when ``t <= s``);
 ``drop`` leaves the last ``n - (m-1)t - s`` elements out and must be asked for.
@@ -283,13 +285,18 @@ class PatchSpec:
         named = tuple(axes_of)
         return PatchGrid(tuple(geom.shape), tuple(axes), names, geom.sample_axis, self.edge, named)
 
-    def epoch_draws(self, grid: PatchGrid) -> int:
+    def epoch_draws(self, grid: PatchGrid, positions: int | None = None) -> int:
         """Patches a random epoch draws: ``patches_per_epoch``, or by default the number of
-        positions of the non-overlapping grid over the same array (one epoch ~ the array once)."""
+        positions of the non-overlapping grid over the same array (one epoch ~ the array once),
+        in proportion to the ``positions`` of the grid a split holds (default: all of them), so a
+        validation split of a quarter of the array draws a quarter as many."""
         if self.patches_per_epoch is not None:
             return self.patches_per_epoch
         per_axis = [max(1, (a.stop - a.start) // a.size) if a.count else 0 for a in grid.axes]
-        return max(1, math.prod(per_axis))
+        whole = max(1, math.prod(per_axis))
+        if positions is None or grid.n_positions == 0:
+            return whole
+        return max(1, -(-whole * positions // grid.n_positions))
 
 
 def _sizes(what: str, given: Any) -> dict[str | int, int]:
