@@ -17,11 +17,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import Segment
 from insitu.plan.patches import epoch_patches, plan_patches
+from insitu.plan.patches_elastic import PatchEpochSettings, elastic_patch_order
 from insitu.plan.patches_order import PATCH_ORDER_VERSION
 from insitu.plan.patches_reads import patch_array_needs
 from insitu.plan.patches_regions import PatchSet
@@ -140,40 +143,58 @@ class PatchPlans:
         world_size: int = 1,
         resumed_from: tuple[Segment, ...] = (),
     ) -> EpochPlan:
-        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped."""
-        if resumed_from:
-            raise ConfigError(
-                "this state was saved at another world size; resuming patch sampling at a new world "
-                "size (elastic resume) is not supported yet: resume at the world size it was saved at"
-            )
+        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped. With
+        ``resumed_from`` (the epoch's earlier segments at other world sizes), the plan of this
+        rank's share of what they left (:mod:`insitu.plan.patches_elastic`)."""
         patches = self.patch_set(split)
-        key = ((split, shuffle, rank, world_size), epoch)
+        key = ((split, shuffle, rank, world_size, resumed_from), epoch)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
                 with without_hugepage_hint():
-                    plan = self._make(patches, split, shuffle, epoch, rank, world_size)
+                    plan = self._make(patches, split, shuffle, epoch, rank, world_size, resumed_from)
                 self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
                 self._plans[key] = plan
         return plan
 
     def _make(
-        self, patches: PatchSet, split: str, shuffle: bool, epoch: int, rank: int, world_size: int
+        self,
+        patches: PatchSet,
+        split: str,
+        shuffle: bool,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        resumed_from: tuple[Segment, ...],
     ) -> EpochPlan:
         opts = self.options
-        order = epoch_patches(
-            patches,
-            self.spec,
+        settings = PatchEpochSettings(
+            spec=self.spec,
             epoch=epoch,
             seed=opts.seed,
             split=split,
             shuffle=shuffle,
             block_chunks=opts.block_chunks,
             first_block_chunks=_first_block_regions(patches, opts.batch_size),
-            rank=rank,
-            world_size=world_size,
             uneven=self.sharding.uneven,
+            batch_size=opts.batch_size,
         )
+        if resumed_from:
+            order = elastic_patch_order(patches, settings, resumed_from, rank=rank, world_size=world_size)
+        else:
+            order = epoch_patches(
+                patches,
+                self.spec,
+                epoch=epoch,
+                seed=opts.seed,
+                split=split,
+                shuffle=shuffle,
+                block_chunks=opts.block_chunks,
+                first_block_chunks=settings.first_block_chunks,
+                rank=rank,
+                world_size=world_size,
+                uneven=self.sharding.uneven,
+            )
         arrays = {
             path: patch_array_needs(order, self._chunks[path], offsets)
             for path, offsets in self._offsets.items()
@@ -186,5 +207,6 @@ class PatchPlans:
 def _first_block_regions(patches: PatchSet, batch_size: int) -> int:
     """Regions whose patches fill about one batch: the first block is served in parts that large,
     so the first batch waits for few chunks."""
-    per_region = max(1, patches.n_patches // max(1, patches.n_boxes))
+    holding = int(np.count_nonzero(patches.region_counts))
+    per_region = max(1, patches.n_patches // max(1, holding))
     return max(1, -(-batch_size // per_region))
