@@ -90,3 +90,26 @@ def test_padded_patch_coordinates_are_missing_past_the_end(tmp_path: Path) -> No
     inside = batch.patch_mask("t2m")[:, :, 0]  # along latitude
     assert np.isnan(lat[~inside]).all()
     assert not np.isnan(lat[inside]).any()
+
+
+def test_patches_inside_a_latitude_longitude_box_selected_by_value(tmp_path: Path) -> None:
+    path = _write(tmp_path / "era5.zarr", 3)
+    ds = xr.open_zarr(path)
+    box = {"latitude": slice(60, -30), "longitude": slice(45, 270)}
+    data = insitu.from_xarray(
+        ds[["t2m"]], sel=box, patch={"latitude": 8, "longitude": 8}, splits=(1.0,), batch_size=64
+    )
+    want = ds.t2m.sel(box)
+    lat_in, lon_in = set(want.latitude.values.tolist()), set(want.longitude.values.tolist())
+    n = 0
+    for batch in data.view("train"):
+        for i, (t, y, x) in enumerate(batch.patch_origins.tolist()):
+            np.testing.assert_allclose(
+                batch["t2m"][i], ds.t2m.values[t, y : y + 8, x : x + 8], atol=1e-4, equal_nan=True
+            )
+            assert set(batch.coords["latitude"][i].tolist()) <= lat_in
+            assert set(batch.coords["longitude"][i].tolist()) <= lon_in
+        n += batch.size
+    per_lat = -(-want.sizes["latitude"] // 8)
+    per_lon = -(-want.sizes["longitude"] // 8)
+    assert n == 24 * per_lat * per_lon

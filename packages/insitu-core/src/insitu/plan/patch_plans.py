@@ -50,6 +50,11 @@ def check_patch_labels(labels: Sequence[ArrayGeometry]) -> ArrayGeometry:
                 f"grid of {ref.name!r} (shape {tuple(ref.shape)}, sample axis {ref.sample_axis}); arrays "
                 "sampled together in patches must have the same shape (their chunkings may differ)"
             )
+        if g.selection != ref.selection:
+            raise ConfigError(
+                f"array {g.name!r} selects other indices than {ref.name!r}; arrays sampled together "
+                "in patches read the same box: give them the same selection"
+            )
     return ref
 
 
