@@ -113,3 +113,28 @@ def test_patches_inside_a_latitude_longitude_box_selected_by_value(tmp_path: Pat
     per_lat = -(-want.sizes["latitude"] // 8)
     per_lon = -(-want.sizes["longitude"] // 8)
     assert n == 24 * per_lat * per_lon
+
+
+def test_date_splits_cut_inside_a_chunk_keep_each_patch_in_its_own_dates(tmp_path: Path) -> None:
+    path = _write(tmp_path / "era5.zarr", 3)
+    ds = xr.open_zarr(path)
+    splits = {"train": ("2020-01-01", "2020-01-03T12"), "val": ("2020-01-03T18", None)}  # cuts a 4-step chunk
+    data = insitu.from_xarray(
+        ds[["t2m"]], splits=splits, patch={"latitude": 15, "longitude": 20}, batch_size=32
+    )
+    times = ds.time.values
+    seen: dict[str, set[tuple[int, int, int]]] = {}
+    for name in ("train", "val"):
+        seen[name] = set()
+        for batch in data.view(name):
+            for i, (t, y, x) in enumerate(batch.patch_origins.tolist()):
+                np.testing.assert_allclose(
+                    batch["t2m"][i], ds.t2m.values[t, y : y + 15, x : x + 20], atol=1e-4, equal_nan=True
+                )
+                seen[name].add((t, y, x))
+    train_t = {t for t, _, _ in seen["train"]}
+    val_t = {t for t, _, _ in seen["val"]}
+    assert max(times[sorted(train_t)]) <= np.datetime64("2020-01-03T12")
+    assert min(times[sorted(val_t)]) >= np.datetime64("2020-01-03T18")
+    assert train_t | val_t == set(range(24))
+    assert len(seen["train"]) + len(seen["val"]) == 24 * 2 * 2

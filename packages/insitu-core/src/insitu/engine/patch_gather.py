@@ -141,7 +141,9 @@ class PatchGatherer(Gatherer):
         # memory model.
         self.specs = {g.label: SlabSpec((1, *delivered), pool.arrays[g.path].spec.dtype) for g in self.labels}
 
-    def patch_rows(self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool) -> PatchRows:
+    def patch_rows(
+        self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool, grid: PatchGrid | None = None
+    ) -> PatchRows:
         """The slots of every chunk each patch at ``origins`` reads, per label. With ``skip_bad``,
         patches touching a bad chunk are dropped.
 
@@ -167,7 +169,8 @@ class PatchGatherer(Gatherer):
                     keep = ~hit if keep is None else np.logical_and(keep, ~hit)
         if keep is not None and keep.all():
             keep = None
-        extent = self.grid.valid_extent(origins) if self.padded else None
+        # The extent of a padded patch ends where its split's positions do (``grid``: the plan's).
+        extent = (grid or self.grid).valid_extent(origins) if self.padded else None
         return PatchRows(origins, self.sample_axis, slots, chunks, extent, valid, keep)
 
     def gather(
@@ -193,7 +196,14 @@ class PatchGatherer(Gatherer):
             boxes = out.reshape((n, *shape.read))  # an unnamed sample axis or a dropped one: one element
             arena = pools[shape.path].arena
             _copy_patches(
-                boxes, arena, origins, shape, where.chunks[label], where.slots[label], self.sample_axis
+                boxes,
+                arena,
+                origins,
+                extent,
+                shape,
+                where.chunks[label],
+                where.slots[label],
+                self.sample_axis,
             )
             data[label] = out if keep is None else out[keep]
             reads[label] = sample + shape.offset
@@ -317,20 +327,23 @@ def _copy_patches(
     boxes: np.ndarray,
     arena: np.ndarray,
     origins: np.ndarray,
+    extent: np.ndarray | None,
     shape: PatchShape,
     units: np.ndarray,
     slots: np.ndarray,
     sample_axis: int,
 ) -> None:
     """Copy each patch's part of every chunk it touches into ``boxes`` (one row per patch); fill
-    what lies past the end of the array (or of its selected part)."""
+    what lies past the end of the array, of its selected part or of its split (``extent``: the
+    valid part of each padded patch)."""
     grid = shape.grid
     chunk = shape.chunk_shape
     picks = shape.picks
     starts = origins.copy()
     starts[:, sample_axis] += shape.offset
-    ends = starts + np.array(shape.box)
-    short = (ends > np.array(shape.stop)).any(axis=1)
+    box = np.array(shape.box)
+    ends = starts + (box if extent is None else np.minimum(box, extent))
+    short = (ends - starts < box).any(axis=1)
     for i in range(len(starts)):
         row = boxes[i]
         if short[i]:

@@ -86,7 +86,10 @@ class PatchPlans:
         self.spatial = spatial
         if spatial is not None:
             spatial.check_reference(self.reference)
-        self.cells = spatial if spatial is not None else SpatialSplit.along_samples(manifest, self.reference)
+        # A split by coordinate value may cut a chunk, which no cell can: its samples are a range,
+        # and its patches lie inside that range along the sample axis.
+        by_range = spatial is None and manifest.ranges is not None
+        self.cells = None if by_range else (spatial or SpatialSplit.along_samples(manifest, self.reference))
         self.grid: PatchGrid = spec.resolve(self.reference, sample_span=anchors)
         self._offsets: dict[str, list[int]] = {}
         self._chunks: dict[str, tuple[int, ...]] = {}
@@ -124,6 +127,17 @@ class PatchPlans:
     def _plan_set(self, split: str) -> PatchSet:
         if split == "all":
             return plan_patches(self.reference, self.spec, sample_span=self.anchors)
+        if self.cells is None:  # a split by coordinate value: its range along the sample axis
+            lo, hi = self.manifest.sample_range_of(split)
+            start = max(lo, self.anchors[0])
+            span = (start, max(start, min(hi, self.anchors[1])))
+            size = self.grid.axes[self.grid.sample_axis].size
+            if span[1] - span[0] < size:
+                raise ConfigError(
+                    f"split {split!r} holds samples {span[0]}..{span[1]} where the labels can be read: "
+                    f"too few for a patch of {size} along the sample axis"
+                )
+            return plan_patches(self.reference, self.spec, sample_span=span)
         patches = plan_patches(
             self.reference, self.spec, sample_span=self.anchors, split=self.cells, split_name=split
         )
