@@ -382,12 +382,10 @@ def test_arrays_off_the_reference_grid_are_refused(tmp_path: Path) -> None:
         _dataset(store, ["a", "b"], patch={"y": 8, "x": 8})
 
 
-def test_a_selection_or_a_shape_changing_transform_is_refused(tmp_path: Path) -> None:
+def test_a_shape_changing_transform_is_refused(tmp_path: Path) -> None:
     store = _store(tmp_path, {"v": (_source((2, 32, 32)), (1, 16, 16), ("t", "y", "x"))})
     geoms = insitu.open_geometries(store)
     manifest = insitu.split_by_chunk(geoms["v"], fractions=(1.0,), names=("train",))
-    with pytest.raises(ConfigError, match=r"array 'v' has a selection"):
-        insitu.InSituDataset(store, manifest, geometries=[geoms["v"].isel(y=slice(0, 16))], patch={"x": 8})
 
     def halve(_: str, x: np.ndarray) -> np.ndarray:
         return x[..., ::2]
@@ -396,6 +394,60 @@ def test_a_selection_or_a_shape_changing_transform_is_refused(tmp_path: Path) ->
         insitu.InSituDataset(
             store, manifest, geometries=[geoms["v"]], patch={"x": 8}, chunk_transforms=[halve]
         )
+
+
+def test_patches_inside_a_selected_box_with_picked_levels_and_a_dropped_axis(tmp_path: Path) -> None:
+    """A box selected on the patched axes bounds where patches go (origins stay stored indices);
+    a list of levels is read as picked, an integer selection drops its axis; a static field
+    selected alike comes cropped to each patch."""
+    z = _source((6, 7, 40, 50), 4)
+    members = _source((6, 3, 40, 50), 5)
+    lsm = _source((40, 50), 6)
+    store = _store(
+        tmp_path,
+        {
+            "z": (z, (2, 3, 16, 16), ("time", "level", "lat", "lon")),
+            "m": (members, (2, 3, 16, 16), ("time", "member", "lat", "lon")),
+            "lsm": (lsm, (20, 25), ("lat", "lon")),
+        },
+    )
+    geoms = insitu.open_geometries(store, include_static=True)
+    box = {"lat": slice(5, 37), "lon": slice(3, 48)}
+    zsel = geoms["z"].isel(level=[5, 1, 2], **box)
+    manifest = insitu.split_by_chunk(geoms["z"], fractions=(1.0,), names=("train",))
+    ds = insitu.InSituDataset(
+        store,
+        manifest,
+        geometries=[zsel, geoms["lsm"].isel(**box)],
+        patch={"lat": 10, "lon": 12},
+        batch_size=7,
+    )
+    seen = set()
+    for batch in _epoch(ds.train):
+        assert batch["z"].shape[1:] == (3, 10, 12)
+        for i, (t, _, y, x) in enumerate(batch.patch_origins.tolist()):
+            assert 5 <= y <= 37 - 10
+            assert 3 <= x <= 48 - 12
+            np.testing.assert_array_equal(batch["z"][i], z[t][[5, 1, 2]][:, y : y + 10, x : x + 12])
+            np.testing.assert_array_equal(batch["lsm"][i], lsm[y : y + 10, x : x + 12])
+            seen.add((t, y, x))
+    assert len(seen) == 6 * 4 * 4  # 32 = 10 + 10 + 10 + 2 (shifted), 45 = 12 * 3 + 9 (shifted)
+    one = geoms["m"].isel(member=1, **box)
+    ds = insitu.InSituDataset(store, manifest, geometries=[one], patch={"lat": 10, "lon": 12}, batch_size=7)
+    batch = next(iter(ds.train))
+    assert batch["m"].shape[1:] == (10, 12)
+    for i, (t, _, y, x) in enumerate(batch.patch_origins.tolist()):
+        np.testing.assert_array_equal(batch["m"][i], members[t, 1, y : y + 10, x : x + 12])
+
+
+def test_a_selection_a_patch_cannot_be_placed_in_is_refused(tmp_path: Path) -> None:
+    store = _store(tmp_path, {"v": (_source((2, 32, 32)), (1, 16, 16), ("t", "y", "x"))})
+    geoms = insitu.open_geometries(store)
+    manifest = insitu.split_by_chunk(geoms["v"], fractions=(1.0,), names=("train",))
+    with pytest.raises(ConfigError, match=r"selects a list of indices .* along 'y', which the patch names"):
+        insitu.InSituDataset(store, manifest, geometries=[geoms["v"].isel(y=[0, 4, 9])], patch={"y": 2})
+    with pytest.raises(ConfigError, match=r"patch size 20 along 'x' is larger than the dimension"):
+        insitu.InSituDataset(store, manifest, geometries=[geoms["v"].isel(x=slice(0, 16))], patch={"x": 20})
 
 
 def test_sharded_arrays_and_a_persisted_cache_serve_patches(tmp_path: Path) -> None:

@@ -90,3 +90,51 @@ def test_padded_patch_coordinates_are_missing_past_the_end(tmp_path: Path) -> No
     inside = batch.patch_mask("t2m")[:, :, 0]  # along latitude
     assert np.isnan(lat[~inside]).all()
     assert not np.isnan(lat[inside]).any()
+
+
+def test_patches_inside_a_latitude_longitude_box_selected_by_value(tmp_path: Path) -> None:
+    path = _write(tmp_path / "era5.zarr", 3)
+    ds = xr.open_zarr(path)
+    box = {"latitude": slice(60, -30), "longitude": slice(45, 270)}
+    data = insitu.from_xarray(
+        ds[["t2m"]], sel=box, patch={"latitude": 8, "longitude": 8}, splits=(1.0,), batch_size=64
+    )
+    want = ds.t2m.sel(box)
+    lat_in, lon_in = set(want.latitude.values.tolist()), set(want.longitude.values.tolist())
+    n = 0
+    for batch in data.view("train"):
+        for i, (t, y, x) in enumerate(batch.patch_origins.tolist()):
+            np.testing.assert_allclose(
+                batch["t2m"][i], ds.t2m.values[t, y : y + 8, x : x + 8], atol=1e-4, equal_nan=True
+            )
+            assert set(batch.coords["latitude"][i].tolist()) <= lat_in
+            assert set(batch.coords["longitude"][i].tolist()) <= lon_in
+        n += batch.size
+    per_lat = -(-want.sizes["latitude"] // 8)
+    per_lon = -(-want.sizes["longitude"] // 8)
+    assert n == 24 * per_lat * per_lon
+
+
+def test_date_splits_cut_inside_a_chunk_keep_each_patch_in_its_own_dates(tmp_path: Path) -> None:
+    path = _write(tmp_path / "era5.zarr", 3)
+    ds = xr.open_zarr(path)
+    splits = {"train": ("2020-01-01", "2020-01-03T12"), "val": ("2020-01-03T18", None)}  # cuts a 4-step chunk
+    data = insitu.from_xarray(
+        ds[["t2m"]], splits=splits, patch={"latitude": 15, "longitude": 20}, batch_size=32
+    )
+    times = ds.time.values
+    seen: dict[str, set[tuple[int, int, int]]] = {}
+    for name in ("train", "val"):
+        seen[name] = set()
+        for batch in data.view(name):
+            for i, (t, y, x) in enumerate(batch.patch_origins.tolist()):
+                np.testing.assert_allclose(
+                    batch["t2m"][i], ds.t2m.values[t, y : y + 15, x : x + 20], atol=1e-4, equal_nan=True
+                )
+                seen[name].add((t, y, x))
+    train_t = {t for t, _, _ in seen["train"]}
+    val_t = {t for t, _, _ in seen["val"]}
+    assert max(times[sorted(train_t)]) <= np.datetime64("2020-01-03T12")
+    assert min(times[sorted(val_t)]) >= np.datetime64("2020-01-03T18")
+    assert train_t | val_t == set(range(24))
+    assert len(seen["train"]) + len(seen["val"]) == 24 * 2 * 2

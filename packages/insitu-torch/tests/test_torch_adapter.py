@@ -231,3 +231,33 @@ def test_as_torch_delivers_on_the_device(view: Any) -> None:
     items = list(DataLoader(as_torch(view, device="cuda", pin_memory=True), batch_size=None, num_workers=0))
     assert all(item["x"].device.type == "cuda" for item in items)
     assert len(items) == len(view)
+
+
+def test_as_torch_serves_patches_with_their_origins(tmp_path: Path) -> None:
+    """Patch sampling through the adapter: tensors of the patch's shape, equal to the source at
+    each row's origin, which the batch carries."""
+    import zarr
+
+    src = np.random.default_rng(0).standard_normal((3, 40, 40)).astype("float32")
+    z = zarr.open_array(
+        str(tmp_path / "p.zarr"),
+        mode="w",
+        shape=src.shape,
+        chunks=(1, 16, 16),
+        dtype="f4",
+        dimension_names=("t", "y", "x"),
+    )
+    z[:] = src
+    store = insitu.open_store(str(tmp_path / "p.zarr"))
+    (geom,) = insitu.open_geometries(store).values()
+    manifest = insitu.split_by_chunk(geom, fractions=(1.0,), names=("train",))
+    ds = insitu.InSituDataset(store, manifest, [geom], patch={"y": 12, "x": 12}, batch_size=5)
+    n = 0
+    for batch in DataLoader(as_torch(ds.train), batch_size=None, num_workers=0):
+        assert isinstance(batch, TorchBatch)
+        assert batch.patch_origins is not None
+        assert batch[geom.label].shape[1:] == (12, 12)
+        for row, (t, y, x) in zip(batch[geom.label], batch.patch_origins.tolist(), strict=True):
+            np.testing.assert_array_equal(row.numpy(), src[t, y : y + 12, x : x + 12])
+        n += batch.size
+    assert n == 3 * 4 * 4

@@ -25,6 +25,9 @@ class TorchBatch(dict[str, "torch.Tensor"]):
     - ``valid``: ``None`` when every row is a real sample, otherwise a bool
       tensor on the same device as the data, False for the padding rows that
       ``uneven="pad"`` adds so that every rank yields as many batches.
+    - ``patch_origins``: patch sampling, an int64 CPU tensor with the first
+      element of each row's patch on every axis of the reference array (the
+      insitu batch's ``patch_origins``); ``None`` for whole cross-sections.
     - ``split``, ``epoch``, ``index``: the view's split, the epoch and the
       batch's position in that epoch.
 
@@ -36,6 +39,7 @@ class TorchBatch(dict[str, "torch.Tensor"]):
     sample_indices: torch.Tensor | None
     read_indices: dict[str, torch.Tensor]
     valid: torch.Tensor | None
+    patch_origins: torch.Tensor | None
     split: str
     epoch: int
     index: int
@@ -47,6 +51,7 @@ class TorchBatch(dict[str, "torch.Tensor"]):
         sample_indices: torch.Tensor | None = None,
         read_indices: dict[str, torch.Tensor] | None = None,
         valid: torch.Tensor | None = None,
+        patch_origins: torch.Tensor | None = None,
         split: str = "",
         epoch: int = 0,
         index: int = 0,
@@ -55,6 +60,7 @@ class TorchBatch(dict[str, "torch.Tensor"]):
         self.sample_indices = sample_indices
         self.read_indices = dict(read_indices or {})
         self.valid = valid
+        self.patch_origins = patch_origins
         self.split = split
         self.epoch = epoch
         self.index = index

@@ -55,11 +55,13 @@ def from_device_batch(batch: Any, device: Any) -> TorchBatch:
         else torch.from_numpy(np.asarray(batch.valid)).to(device, non_blocking=True)
     )
     indices = batch.sample_indices
+    origins = getattr(batch, "patch_origins", None)
     return TorchBatch(
         {label: torch.from_dlpack(array) for label, array in batch.items()},
         sample_indices=None if indices is None else torch.from_numpy(np.ascontiguousarray(indices)),
         read_indices={k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.read_indices.items()},
         valid=valid,
+        patch_origins=None if origins is None else torch.from_numpy(np.ascontiguousarray(origins)),
         split=batch.split,
         epoch=batch.epoch,
         index=batch.index,

@@ -89,12 +89,14 @@ def to_torch(
         tensors = {label: t.to(target, non_blocking=non_blocking) for label, t in tensors.items()}
         valid = None if valid is None else valid.to(target, non_blocking=non_blocking)
     indices = getattr(batch, "sample_indices", None)
+    origins = getattr(batch, "patch_origins", None)
     reads = getattr(batch, "read_indices", None) or {}
     return TorchBatch(
         tensors,
         sample_indices=None if indices is None else torch.from_numpy(_as_tensor_source(np.asarray(indices))),
         read_indices={k: torch.from_numpy(_as_tensor_source(np.asarray(v))) for k, v in reads.items()},
         valid=valid,
+        patch_origins=None if origins is None else torch.from_numpy(_as_tensor_source(np.asarray(origins))),
         split=str(getattr(batch, "split", "")),
         epoch=int(getattr(batch, "epoch", 0)),
         index=int(getattr(batch, "index", 0)),

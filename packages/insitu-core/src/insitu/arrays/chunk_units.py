@@ -39,18 +39,15 @@ class ChunkUnits(ArrayGeometry):
 
     @classmethod
     def of(cls, geom: ArrayGeometry) -> ChunkUnits:
-        """The chunk units of ``geom`` (unshifted; a selection is refused: a patch is placed on
-        the stored array's own index space)."""
-        if geom.selection is not None and any(s is not None for s in geom.selection):
-            raise ConfigError(
-                f"array {geom.name!r} has a selection (sel/isel); patches are placed on the whole "
-                "stored array, so select with the patch grid instead (patch sizes and a sample span)"
-            )
+        """The chunk units of ``geom``, unshifted and without its selection: a unit is a stored
+        chunk whole (the patch grid places patches inside the selection, and the gather picks
+        the selected indices out of the chunks)."""
         if geom.static:
             raise ConfigError(f"array {geom.name!r} is static: it is delivered whole, not in patches")
         fields = {name: getattr(geom, name) for name in geom.__dataclass_fields__}
         fields["offset"] = 0
         fields["alias"] = None
+        fields["selection"] = None
         return cls(**fields)
 
     @property

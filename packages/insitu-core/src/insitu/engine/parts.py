@@ -251,7 +251,7 @@ def start_parts(
                 patches.grid,
                 batch_transforms,
                 statics=static_values,
-                static_dims={g.label: g.delivered_dims for g in labels.statics},
+                static_geoms={g.label: g for g in labels.statics},
                 sample_coord=labels.sample_coord(),
                 patch_coords=labels.patch_coords(patches.grid.named),
             )

@@ -104,6 +104,8 @@ class PatchEpochRun(EpochRun):
         origins = self.patches.origins_between(lo, hi)
         n_valid = plan.n_valid
         valid = (np.arange(lo, hi) < n_valid) if n_valid >= 0 else None
-        where = self.patch_gatherer.patch_rows(origins, valid, skip_bad=self.skip_bad)
+        where = self.patch_gatherer.patch_rows(
+            origins, valid, skip_bad=self.skip_bad, grid=self.patches.patches.grid
+        )
         self.engine.stats.skipped_samples += where.skipped
         return where

@@ -32,6 +32,10 @@ from insitu.engine.gather import BatchRows, BatchTransform, Gatherer
 from insitu.engine.pool import ChunkPool
 from insitu.plan.patches_spec import PatchGrid
 
+#: Per delivered axis of a static field: (reference axis, first index the field holds along it)
+#: where patches crop it, None where it is delivered whole.
+StaticCrop = tuple[tuple[int, int] | None, ...]
+
 
 @dataclass(frozen=True)
 class PatchShape:
@@ -41,11 +45,13 @@ class PatchShape:
     label: str
     path: str
     offset: int  # along the sample axis (a window)
-    box: tuple[int, ...]  # the patch's size on every axis of the array
-    delivered: tuple[int, ...]  # a batch row: the box without an unnamed sample axis
+    box: tuple[int, ...]  # the patch's extent on every axis of the array (from its origin)
+    read: tuple[int, ...]  # what it reads per axis: the box, or the indices picked along it
+    picks: tuple[np.ndarray | None, ...]  # per axis: the source indices a list selection picks
+    delivered: tuple[int, ...]  # a batch row: ``read`` without an unnamed sample axis or a dropped one
     chunk_shape: tuple[int, ...]
     grid: tuple[int, ...]  # chunks per axis
-    shape: tuple[int, ...]
+    stop: tuple[int, ...]  # per axis, where the part of the array patches are placed in ends
     fill: Any  # what padding holds
 
     @property
@@ -91,7 +97,7 @@ class PatchGatherer(Gatherer):
         batch_transforms: Sequence[BatchTransform],
         *,
         statics: Mapping[str, np.ndarray] | None = None,
-        static_dims: Mapping[str, tuple[str | None, ...]] | None = None,
+        static_geoms: Mapping[str, ArrayGeometry] | None = None,
         sample_coord: tuple[str, np.ndarray | LazyValues] | None = None,
         patch_coords: Mapping[str, tuple[int, np.ndarray | LazyValues]] | None = None,
     ) -> None:
@@ -101,14 +107,15 @@ class PatchGatherer(Gatherer):
         # Static fields on the patch's dimensions (a land-sea mask, orography under lat/lon
         # patches) come cropped to each patch; others come whole, as for cross-sections.
         self.static_boxes = {
-            label: box
+            label: crop
             for label, value in self.statics.items()
-            if (box := _static_box(value.shape[1:], (static_dims or {}).get(label, ()), grid)) is not None
+            if (crop := _static_box(value.shape[1:], (static_geoms or {}).get(label), grid)) is not None
         }
         self.sample_axis = grid.sample_axis
         self.padded = grid.edge == "pad"
         box = grid.patch_shape
         delivered = grid.delivered_shape
+        picks = grid.picks or (None,) * grid.ndim
         self.shapes: dict[str, PatchShape] = {}
         for g in self.labels:
             apool = pool.arrays[g.path]
@@ -116,14 +123,27 @@ class PatchGatherer(Gatherer):
             assert isinstance(units, ChunkUnits), "a patch pool holds chunk units"
             dtype = apool.spec.dtype
             fill = np.nan if dtype.kind in "fc" else (g.fill_value if g.fill_value is not None else 0)
+            stop = tuple(units.shape[d] if d == grid.sample_axis else a.stop for d, a in enumerate(grid.axes))
             self.shapes[g.label] = PatchShape(
-                g.label, g.path, g.offset, box, delivered, units.chunk_shape, units.grid, units.shape, fill
+                g.label,
+                g.path,
+                g.offset,
+                box,
+                grid.read_shape,
+                picks,
+                delivered,
+                units.chunk_shape,
+                units.grid,
+                stop,
+                fill,
             )
         # What a batch row of each label is (a sample of one row per patch), for describe() and the
         # memory model.
         self.specs = {g.label: SlabSpec((1, *delivered), pool.arrays[g.path].spec.dtype) for g in self.labels}
 
-    def patch_rows(self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool) -> PatchRows:
+    def patch_rows(
+        self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool, grid: PatchGrid | None = None
+    ) -> PatchRows:
         """The slots of every chunk each patch at ``origins`` reads, per label. With ``skip_bad``,
         patches touching a bad chunk are dropped.
 
@@ -149,7 +169,8 @@ class PatchGatherer(Gatherer):
                     keep = ~hit if keep is None else np.logical_and(keep, ~hit)
         if keep is not None and keep.all():
             keep = None
-        extent = self.grid.valid_extent(origins) if self.padded else None
+        # The extent of a padded patch ends where its split's positions do (``grid``: the plan's).
+        extent = (grid or self.grid).valid_extent(origins) if self.padded else None
         return PatchRows(origins, self.sample_axis, slots, chunks, extent, valid, keep)
 
     def gather(
@@ -172,10 +193,17 @@ class PatchGatherer(Gatherer):
         for label, shape in self.shapes.items():
             spec = self.specs[label]
             out = self.buffers.empty((n, *shape.delivered), spec.dtype)
-            boxes = out.reshape((n, *shape.box))  # the unnamed sample axis back, as one element
+            boxes = out.reshape((n, *shape.read))  # an unnamed sample axis or a dropped one: one element
             arena = pools[shape.path].arena
             _copy_patches(
-                boxes, arena, origins, shape, where.chunks[label], where.slots[label], self.sample_axis
+                boxes,
+                arena,
+                origins,
+                extent,
+                shape,
+                where.chunks[label],
+                where.slots[label],
+                self.sample_axis,
             )
             data[label] = out if keep is None else out[keep]
             reads[label] = sample + shape.offset
@@ -219,7 +247,9 @@ class PatchGatherer(Gatherer):
         if axes is None:
             return super().static_shape(label)
         extent = self.statics[label].shape[1:]
-        return tuple(n if a is None else self.grid.patch_shape[a] for n, a in zip(extent, axes, strict=True))
+        return tuple(
+            n if c is None else self.grid.patch_shape[c[0]] for n, c in zip(extent, axes, strict=True)
+        )
 
     def static_rows(self, label: str, n: int) -> int:
         """A cropped static field has one row per patch."""
@@ -227,28 +257,44 @@ class PatchGatherer(Gatherer):
 
 
 def _static_box(
-    shape: tuple[int, ...], dims: tuple[str | None, ...], grid: PatchGrid
-) -> tuple[int | None, ...] | None:
-    """Per axis of a static field, the reference axis whose patch crops it (None: kept whole), when
-    the field lies on the reference grid along at least one patched axis; else None."""
-    if len(dims) != len(shape) or None in dims:
+    value_shape: tuple[int, ...], geom: ArrayGeometry | None, grid: PatchGrid
+) -> StaticCrop | None:
+    """How a static field is cropped to each patch: per delivered axis of the field, the
+    reference axis whose patch crops it and where the field's values start along it (None: kept
+    whole); None when the field crosses no patched axis on the reference grid."""
+    if geom is None:
         return None
-    axes: list[int | None] = []
-    for dim, n in zip(dims, shape, strict=True):
+    dims = geom.delivered_dims
+    if len(dims) != len(value_shape) or None in dims:
+        return None
+    kept = [d for d in range(len(geom.shape)) if (c := geom.axis_selection(d)) is None or c.keep]
+    axes: list[tuple[int, int] | None] = []
+    for k, dim in enumerate(dims):
         a = grid.dims.index(dim) if dim in grid.dims else None
-        axes.append(a if a is not None and a in grid.named and grid.shape[a] == n else None)
+        if a is None or a not in grid.named:
+            axes.append(None)
+            continue
+        chosen = geom.axis_selection(kept[k])
+        first = 0 if chosen is None else int(chosen.array[0])
+        run = chosen is None or bool((np.diff(chosen.array) == 1).all())
+        # The field must hold every index patches are placed in along the axis, as one run.
+        covers = run and first <= grid.axes[a].start and first + value_shape[k] >= grid.axes[a].stop
+        axes.append((a, first) if covers and geom.shape[kept[k]] == grid.shape[a] else None)
     return tuple(axes) if any(a is not None for a in axes) else None
 
 
 def _crop_static(
-    value: np.ndarray, axes: tuple[int | None, ...], box: tuple[int, ...], origins: np.ndarray
+    value: np.ndarray, crop: StaticCrop, box: tuple[int, ...], origins: np.ndarray
 ) -> np.ndarray:
     """Each patch's box of a static field, one row per patch (the fill value past its end)."""
-    shape = tuple(n if a is None else box[a] for n, a in zip(value.shape, axes, strict=True))
+    shape = tuple(n if c is None else box[c[0]] for n, c in zip(value.shape, crop, strict=True))
     out = np.empty((len(origins), *shape), dtype=value.dtype)
     fill = np.nan if value.dtype.kind in "fc" else 0
     for i, origin in enumerate(origins.tolist()):
-        index = tuple(slice(None) if a is None else slice(origin[a], origin[a] + box[a]) for a in axes)
+        index = tuple(
+            slice(None) if c is None else slice(origin[c[0]] - c[1], origin[c[0]] - c[1] + box[c[0]])
+            for c in crop
+        )
         part = value[index]
         if part.shape != shape:
             out[i] = fill
@@ -263,9 +309,9 @@ def _touched_units(origins: np.ndarray, shape: PatchShape, sample_axis: int) -> 
     span = shape.span
     first = np.empty((n, len(span)), dtype=np.int64)
     last = np.empty((n, len(span)), dtype=np.int64)
-    for d, (b, c, size) in enumerate(zip(shape.box, shape.chunk_shape, shape.shape, strict=True)):
+    for d, (b, c, stop) in enumerate(zip(shape.box, shape.chunk_shape, shape.stop, strict=True)):
         lo = origins[:, d] + (shape.offset if d == sample_axis else 0)
-        hi = np.minimum(lo + b, size) - 1  # the last element inside the array
+        hi = np.minimum(lo + b, stop) - 1  # the last element inside the array (or its selected part)
         first[:, d] = lo // c
         last[:, d] = hi // c
     steps = np.array(list(itertools.product(*(range(s) for s in span))), dtype=np.int64)  # (k, ndim)
@@ -281,19 +327,23 @@ def _copy_patches(
     boxes: np.ndarray,
     arena: np.ndarray,
     origins: np.ndarray,
+    extent: np.ndarray | None,
     shape: PatchShape,
     units: np.ndarray,
     slots: np.ndarray,
     sample_axis: int,
 ) -> None:
     """Copy each patch's part of every chunk it touches into ``boxes`` (one row per patch); fill
-    what lies past the end of the array."""
+    what lies past the end of the array, of its selected part or of its split (``extent``: the
+    valid part of each padded patch)."""
     grid = shape.grid
     chunk = shape.chunk_shape
+    picks = shape.picks
     starts = origins.copy()
     starts[:, sample_axis] += shape.offset
-    ends = starts + np.array(shape.box)
-    short = (ends > np.array(shape.shape)).any(axis=1)
+    box = np.array(shape.box)
+    ends = starts + (box if extent is None else np.minimum(box, extent))
+    short = (ends - starts < box).any(axis=1)
     for i in range(len(starts)):
         row = boxes[i]
         if short[i]:
@@ -304,15 +354,32 @@ def _copy_patches(
             if u < 0:
                 continue
             coords = np.unravel_index(u, grid)
-            src = []
-            dst = []
+            src: list[Any] = []
+            dst: list[Any] = []
             for d, j in enumerate(coords):
                 c0 = int(j) * chunk[d]
-                lo = max(o[d], c0)
-                hi = min(e[d], c0 + chunk[d], shape.shape[d])
-                src.append(slice(lo - c0, hi - c0))
-                dst.append(slice(lo - o[d], hi - o[d]))
-            row[tuple(dst)] = arena[s][tuple(src)]
+                picked = picks[d]
+                if picked is None:
+                    lo = max(o[d], c0)
+                    hi = min(e[d], c0 + chunk[d], shape.stop[d])
+                    src.append(slice(lo - c0, hi - c0))
+                    dst.append(slice(lo - o[d], hi - o[d]))
+                else:  # a list selection: the picked indices this chunk holds
+                    inside = np.flatnonzero((picked >= c0) & (picked < c0 + chunk[d]))
+                    src.append(picked[inside] - c0)
+                    dst.append(inside)
+            if any(isinstance(x, np.ndarray) for x in dst):
+                if any(isinstance(x, np.ndarray) and not len(x) for x in dst):
+                    continue  # a chunk between the picked indices: nothing of it is read
+                row[_outer(dst)] = arena[s][_outer(src)]
+            else:
+                row[tuple(dst)] = arena[s][tuple(src)]
+
+
+def _outer(index: list[Any]) -> tuple[Any, ...]:
+    """``index`` (slices and index arrays) as an outer index: every array an axis of its own."""
+    axes = [np.arange(i.start, i.stop) if isinstance(i, slice) else i for i in index]
+    return np.ix_(*axes)
 
 
 def patch_nbytes(shapes: Mapping[str, PatchShape], specs: Mapping[str, SlabSpec]) -> int:

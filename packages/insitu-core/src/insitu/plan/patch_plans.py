@@ -17,11 +17,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import Segment
 from insitu.plan.patches import epoch_patches, plan_patches
+from insitu.plan.patches_elastic import PatchEpochSettings, elastic_patch_order
 from insitu.plan.patches_order import PATCH_ORDER_VERSION
 from insitu.plan.patches_reads import patch_array_needs
 from insitu.plan.patches_regions import PatchSet
@@ -46,6 +49,11 @@ def check_patch_labels(labels: Sequence[ArrayGeometry]) -> ArrayGeometry:
                 f"array {g.name!r} (shape {tuple(g.shape)}, sample axis {g.sample_axis}) is not on the "
                 f"grid of {ref.name!r} (shape {tuple(ref.shape)}, sample axis {ref.sample_axis}); arrays "
                 "sampled together in patches must have the same shape (their chunkings may differ)"
+            )
+        if g.selection != ref.selection:
+            raise ConfigError(
+                f"array {g.name!r} selects other indices than {ref.name!r}; arrays sampled together "
+                "in patches read the same box: give them the same selection"
             )
     return ref
 
@@ -78,7 +86,10 @@ class PatchPlans:
         self.spatial = spatial
         if spatial is not None:
             spatial.check_reference(self.reference)
-        self.cells = spatial if spatial is not None else SpatialSplit.along_samples(manifest, self.reference)
+        # A split by coordinate value may cut a chunk, which no cell can: its samples are a range,
+        # and its patches lie inside that range along the sample axis.
+        by_range = spatial is None and manifest.ranges is not None
+        self.cells = None if by_range else (spatial or SpatialSplit.along_samples(manifest, self.reference))
         self.grid: PatchGrid = spec.resolve(self.reference, sample_span=anchors)
         self._offsets: dict[str, list[int]] = {}
         self._chunks: dict[str, tuple[int, ...]] = {}
@@ -116,6 +127,17 @@ class PatchPlans:
     def _plan_set(self, split: str) -> PatchSet:
         if split == "all":
             return plan_patches(self.reference, self.spec, sample_span=self.anchors)
+        if self.cells is None:  # a split by coordinate value: its range along the sample axis
+            lo, hi = self.manifest.sample_range_of(split)
+            start = max(lo, self.anchors[0])
+            span = (start, max(start, min(hi, self.anchors[1])))
+            size = self.grid.axes[self.grid.sample_axis].size
+            if span[1] - span[0] < size:
+                raise ConfigError(
+                    f"split {split!r} holds samples {span[0]}..{span[1]} where the labels can be read: "
+                    f"too few for a patch of {size} along the sample axis"
+                )
+            return plan_patches(self.reference, self.spec, sample_span=span)
         patches = plan_patches(
             self.reference, self.spec, sample_span=self.anchors, split=self.cells, split_name=split
         )
@@ -140,40 +162,58 @@ class PatchPlans:
         world_size: int = 1,
         resumed_from: tuple[Segment, ...] = (),
     ) -> EpochPlan:
-        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped."""
-        if resumed_from:
-            raise ConfigError(
-                "this state was saved at another world size; resuming patch sampling at a new world "
-                "size (elastic resume) is not supported yet: resume at the world size it was saved at"
-            )
+        """The plan of ``split`` for ``epoch`` on one rank; plans of other epochs are dropped. With
+        ``resumed_from`` (the epoch's earlier segments at other world sizes), the plan of this
+        rank's share of what they left (:mod:`insitu.plan.patches_elastic`)."""
         patches = self.patch_set(split)
-        key = ((split, shuffle, rank, world_size), epoch)
+        key = ((split, shuffle, rank, world_size, resumed_from), epoch)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
                 with without_hugepage_hint():
-                    plan = self._make(patches, split, shuffle, epoch, rank, world_size)
+                    plan = self._make(patches, split, shuffle, epoch, rank, world_size, resumed_from)
                 self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
                 self._plans[key] = plan
         return plan
 
     def _make(
-        self, patches: PatchSet, split: str, shuffle: bool, epoch: int, rank: int, world_size: int
+        self,
+        patches: PatchSet,
+        split: str,
+        shuffle: bool,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        resumed_from: tuple[Segment, ...],
     ) -> EpochPlan:
         opts = self.options
-        order = epoch_patches(
-            patches,
-            self.spec,
+        settings = PatchEpochSettings(
+            spec=self.spec,
             epoch=epoch,
             seed=opts.seed,
             split=split,
             shuffle=shuffle,
             block_chunks=opts.block_chunks,
             first_block_chunks=_first_block_regions(patches, opts.batch_size),
-            rank=rank,
-            world_size=world_size,
             uneven=self.sharding.uneven,
+            batch_size=opts.batch_size,
         )
+        if resumed_from:
+            order = elastic_patch_order(patches, settings, resumed_from, rank=rank, world_size=world_size)
+        else:
+            order = epoch_patches(
+                patches,
+                self.spec,
+                epoch=epoch,
+                seed=opts.seed,
+                split=split,
+                shuffle=shuffle,
+                block_chunks=opts.block_chunks,
+                first_block_chunks=settings.first_block_chunks,
+                rank=rank,
+                world_size=world_size,
+                uneven=self.sharding.uneven,
+            )
         arrays = {
             path: patch_array_needs(order, self._chunks[path], offsets)
             for path, offsets in self._offsets.items()
@@ -186,5 +226,6 @@ class PatchPlans:
 def _first_block_regions(patches: PatchSet, batch_size: int) -> int:
     """Regions whose patches fill about one batch: the first block is served in parts that large,
     so the first batch waits for few chunks."""
-    per_region = max(1, patches.n_patches // max(1, patches.n_boxes))
+    holding = int(np.count_nonzero(patches.region_counts))
+    per_region = max(1, patches.n_patches // max(1, holding))
     return max(1, -(-batch_size // per_region))

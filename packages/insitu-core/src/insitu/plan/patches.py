@@ -55,13 +55,15 @@ whole cross-section and cropping costs ``cross-section / patch`` decodes per
 patch, where planning in chunk space decodes each chunk once for all the
 patches that touch it.
 
-How the engine consumes a plan (next step, not wired yet): per block entry
-``i`` of a :class:`PatchOrder`, pin the chunks :func:`patch_array_needs` lists
-for every array (an :class:`~insitu.plan.reads.ArrayNeeds` of chunk ids whose
-next uses keep halo chunks cached for the neighbouring blocks), then gather
-each patch from the pinned chunks: the origins are
-:meth:`PatchOrder.origins_between`, the mask of a padded patch is
-:meth:`PatchGrid.valid_extent`.
+How the engine consumes a plan (:mod:`insitu.engine.patch_epoch`): per block
+entry ``i`` of a :class:`PatchOrder`, it pins the chunks :func:`patch_array_needs`
+lists for every array (an :class:`~insitu.plan.reads.ArrayNeeds` of chunk ids
+whose next uses keep halo chunks cached for the neighbouring blocks), each chunk
+one pool slot (:mod:`insitu.arrays.chunk_units`), then gathers each patch from
+the pinned chunks (:mod:`insitu.engine.patch_gather`): the origins are
+:meth:`PatchOrder.origins_between`, the valid part of a padded patch
+:meth:`PatchGrid.valid_extent`. :mod:`insitu.plan.patch_plans` makes these
+plans per (view, epoch) for the dataset.
 """
 
 from __future__ import annotations
@@ -141,8 +143,9 @@ def epoch_patches(
     uneven: str = "drop",
 ) -> PatchOrder:
     """One rank's order of ``patches`` for ``epoch``: every position once (``spec.sampling ==
-    "grid"``) or ``spec.epoch_draws`` uniform draws (``"random"``); see :func:`order_patches`."""
-    draws = spec.epoch_draws(patches.grid) if spec.sampling == "random" else None
+    "grid"``) or ``spec.epoch_draws`` uniform draws (``"random"``, by default in proportion to the
+    positions ``patches`` holds); see :func:`order_patches`."""
+    draws = spec.epoch_draws(patches.grid, patches.n_patches) if spec.sampling == "random" else None
     return order_patches(
         patches,
         epoch=epoch,

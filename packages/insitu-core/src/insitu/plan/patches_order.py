@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,9 @@ class PatchOrder:
     epoch: int
     split: str
     shuffle: bool
+    #: Entries whose patches are listed rather than generated (the rest of an epoch after a change
+    #: of world size, :mod:`insitu.plan.patches_elastic`): entry index -> positions in delivery order.
+    explicit: Mapping[int, np.ndarray] = field(default_factory=dict)
     _last: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
@@ -109,6 +113,7 @@ class PatchOrder:
         ]
         if self.region_draws is not None:
             arrays.append(self.region_draws)
+        arrays.extend(self.explicit.values())
         return int(sum(a.nbytes for a in arrays))
 
     def block_regions(self, i: int) -> np.ndarray:
@@ -123,11 +128,15 @@ class PatchOrder:
         return concat_runs(starts[regions], starts[regions + 1] - starts[regions])
 
     def is_whole(self, i: int) -> bool:
-        """Whether entry ``i`` delivers all of its regions' patches (not cut to the rank's count)."""
-        return int(self.counts[i]) == int(self.entry_sizes[i])
+        """Whether entry ``i`` delivers all of its regions' patches (not cut to the rank's count,
+        nor a list of patches)."""
+        return i not in self.explicit and int(self.counts[i]) == int(self.entry_sizes[i])
 
     def block_positions(self, i: int) -> np.ndarray:
         """Position numbers of entry ``i``'s patches, in delivery order."""
+        listed = self.explicit.get(i)
+        if listed is not None:
+            return listed[: int(self.counts[i])]
         key = (int(self.blocks[i]), int(self.region_lo[i]))
         found = self._last.get(key)
         if found is None:
@@ -243,7 +252,7 @@ def order_patches(
         ).astype(np.int64)
         limit = int(per_rank.min()) if uneven == "drop" else int(per_rank.max())
     entries = _entries(mine, region_starts, by_block, units, block_sizes, block_chunks, first_block_chunks)
-    index, counts, n_valid = _fit(entries[3], limit)
+    index, counts, n_valid = fit_entries(entries[3], limit)
     blocks, region_lo, region_hi, entry_sizes = (e[index] for e in entries)
     return PatchOrder(
         patches=patches,
@@ -343,7 +352,7 @@ def _blocks(
     return tile, block_of_region, sizes, nonempty
 
 
-def _fit(sizes: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+def fit_entries(sizes: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray, int]:
     """The rank's entries (as indices) cut to ``limit`` patches (drop) or padded up to it by
     cycling its own entries from the first (pad); the patches each delivers; and where padding
     starts (-1: none)."""

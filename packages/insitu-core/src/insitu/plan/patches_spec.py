@@ -13,6 +13,8 @@ Per axis of extent ``n``, with patch size ``s`` and stride ``t``::
     drop   0   t   2t  ...  (m-1)t              m = (n - s) // t + 1 complete patches
     shift  0   t   2t  ...  (m-1)t   n - s      the last patch moved inward to end at n
     pad    0   t   2t  ...  (m-1)t   m*t        runs past n; the valid extent is n - m*t
+                                               (added only when it starts before n: with
+                                               t > s the gaps may leave it out)
 
 ``shift`` (the default) and ``pad`` cover every element (when ``t <= s``);
 ``drop`` leaves the last ``n - (m-1)t - s`` elements out and must be asked for.
@@ -115,8 +117,9 @@ class AxisPositions:
         return below
 
     def valid_extent(self, origins: np.ndarray) -> np.ndarray:
-        """Elements of each patch inside the array (``size`` but where ``pad`` runs past the end)."""
-        return np.minimum(self.size, self.length - np.asarray(origins, dtype=np.int64))
+        """Elements of each patch inside the array, or the part of it patches are placed in
+        (``size`` but where ``pad`` runs past the end)."""
+        return np.minimum(self.size, self.stop - np.asarray(origins, dtype=np.int64))
 
     @property
     def whole(self) -> bool:
@@ -140,6 +143,10 @@ class PatchGrid:
     sample_axis: int
     edge: str
     named: tuple[int, ...]  # the axes the patch names, in the user's order
+    #: Per axis, the source indices a patch reads when a list selection picks them along an axis
+    #: the patch does not name (None: the run of the patch's box).
+    picks: tuple[np.ndarray | None, ...] = ()
+    dropped: tuple[int, ...] = ()  # axes an integer selection drops from the delivered patch
 
     @property
     def ndim(self) -> int:
@@ -166,13 +173,20 @@ class PatchGrid:
         """The axes a batch row of a patch holds: every axis but the sample axis, which only when
         the patch names it."""
         keep = self.sample_axis in self.named
-        return tuple(d for d in range(self.ndim) if d != self.sample_axis or keep)
+        return tuple(d for d in range(self.ndim) if (d != self.sample_axis or keep) and d not in self.dropped)
+
+    @property
+    def read_shape(self) -> tuple[int, ...]:
+        """What a patch reads on every axis: :attr:`patch_shape`, but the picked indices' count
+        along an axis a list selection picks."""
+        picks = self.picks or (None,) * self.ndim
+        return tuple(a.size if p is None else len(p) for a, p in zip(self.axes, picks, strict=True))
 
     @property
     def delivered_shape(self) -> tuple[int, ...]:
-        """The shape of a batch row of a patch: :attr:`patch_shape` over :attr:`delivered_axes`."""
-        box = self.patch_shape
-        return tuple(box[d] for d in self.delivered_axes)
+        """The shape of a batch row of a patch: :attr:`read_shape` over :attr:`delivered_axes`."""
+        read = self.read_shape
+        return tuple(read[d] for d in self.delivered_axes)
 
     def unravel(self, positions: np.ndarray) -> tuple[np.ndarray, ...]:
         """The per-axis indices ``k_d`` of position numbers."""
@@ -252,9 +266,14 @@ class PatchSpec:
 
         ``sample_span`` (half-open) bounds the origins along the sample axis, for the anchors a
         window leaves (:func:`insitu.plan.anchors.anchor_range`); a patch longer than one sample
-        along it must fit inside the span too.
+        along it must fit inside the span too. A selection of ``geom`` bounds the others: a run
+        of indices (a ``slice``, a coordinate range) places patches inside it on an axis the patch
+        names, and is the patch's whole extent on one it does not; a list of indices or one index
+        (dropped) is read as picked on an axis the patch does not name. Origins stay indices of
+        the stored array.
         """
         names = _dimension_names(geom)
+        spans, picks, dropped = _selection_spans(geom, self.size, names)
         axes_of: dict[int, str | int] = {}
         for dim in self.size:
             axis = _axis_of(geom, names, dim)
@@ -263,7 +282,7 @@ class PatchSpec:
             axes_of[axis] = dim
         axes = []
         for d, n in enumerate(geom.shape):
-            span = sample_span if d == geom.sample_axis else None
+            span = sample_span if d == geom.sample_axis else spans.get(d)
             if d in axes_of:
                 dim = axes_of[d]
                 size, stride = self.size[dim], self.stride_of(dim)
@@ -277,19 +296,59 @@ class PatchSpec:
                     )
             elif d == geom.sample_axis:
                 size, stride = 1, 1
+            elif span is not None:  # the selected run (or the runs spanning picked indices) whole
+                size = stride = span[1] - span[0]
             else:
                 size, stride = n, n
             axes.append(AxisPositions.of(n, size, stride, self.edge, span))
         named = tuple(axes_of)
-        return PatchGrid(tuple(geom.shape), tuple(axes), names, geom.sample_axis, self.edge, named)
+        return PatchGrid(
+            tuple(geom.shape), tuple(axes), names, geom.sample_axis, self.edge, named, picks, dropped
+        )
 
-    def epoch_draws(self, grid: PatchGrid) -> int:
+    def epoch_draws(self, grid: PatchGrid, positions: int | None = None) -> int:
         """Patches a random epoch draws: ``patches_per_epoch``, or by default the number of
-        positions of the non-overlapping grid over the same array (one epoch ~ the array once)."""
+        positions of the non-overlapping grid over the same array (one epoch ~ the array once),
+        in proportion to the ``positions`` of the grid a split holds (default: all of them), so a
+        validation split of a quarter of the array draws a quarter as many."""
         if self.patches_per_epoch is not None:
             return self.patches_per_epoch
         per_axis = [max(1, (a.stop - a.start) // a.size) if a.count else 0 for a in grid.axes]
-        return max(1, math.prod(per_axis))
+        whole = max(1, math.prod(per_axis))
+        if positions is None or grid.n_positions == 0:
+            return whole
+        return max(1, -(-whole * positions // grid.n_positions))
+
+
+def _selection_spans(
+    geom: ArrayGeometry, size: Mapping[str | int, int], names: tuple[str | None, ...]
+) -> tuple[dict[int, tuple[int, int]], tuple[np.ndarray | None, ...], tuple[int, ...]]:
+    """Per axis of ``geom`` with a selection: the span patches are placed in, the indices picked
+    (list selections) and the axes dropped (one index). A patch named along an axis it cannot be
+    placed on as one run is refused by name."""
+    spans: dict[int, tuple[int, int]] = {}
+    picks: list[np.ndarray | None] = [None] * len(geom.shape)
+    dropped = []
+    named_axes = {_axis_of(geom, names, d) for d in size}
+    for d in range(len(geom.shape)):
+        chosen = geom.axis_selection(d)
+        if chosen is None or d == geom.sample_axis:
+            continue
+        idx = chosen.array
+        run = bool((np.diff(idx) == 1).all())
+        if d in named_axes and (not chosen.keep or not run):
+            what = "one index" if not chosen.keep else "a list of indices that is not one ascending run"
+            raise ConfigError(
+                f"array {geom.name!r} selects {what} along {_label(names[d] or d, names, d)}, which the patch names; "
+                "a patch is placed inside a run of indices: select a range there (a slice), or do "
+                "not name that dimension in patch="
+            )
+        spans[d] = (int(idx.min()), int(idx.max()) + 1)
+        if not run:
+            picks[d] = idx
+        if not chosen.keep:
+            dropped.append(d)
+    return spans, tuple(picks), tuple(dropped)
 
 
 def _sizes(what: str, given: Any) -> dict[str | int, int]:

@@ -15,8 +15,11 @@ split (never shifted: a shifted patch would duplicate a neighbour's pixels and
 bias the split toward its interior). So no validation patch overlaps a
 training cell, and no training patch sees validation data::
 
-    cells    | train | train |  val  |         size 6, stride 4, cells of 8
-    patches  [---][---][-x-]  [---]          x: reads both a train and a val cell: excluded
+    elements  0       8       16      24      size 6, stride 4 (shift), cells of 8
+    cells     | train | train |  val  |
+    origins   0, 4, 8: train          patches [0, 6) [4, 10) [8, 14) stay in train cells
+              12: excluded            [12, 18) reads a train and a val cell
+              16, 18: val             [16, 22) [18, 24) stay in the val cell
 
 Regions nest in cells (a cell's extent must be a multiple of the region's), so
 a region's patches are those of its cell's split whose footprint stays in that
