@@ -504,10 +504,13 @@ def load_note(rows: list[dict[str, Any]]) -> str:
     if not loads:
         return ""
     busy = sum(v > 0.5 for v in loads)
+    retried = sum(r["status"] == "busy" for r in rows)
+    kept = sum(bool(r.get("busy_kept")) for r in rows)
+    again = f" {retried} were run again, {kept} kept with their retries spent." if retried or kept else ""
     return (
         f"Other processes during the runs: median {statistics.median(loads):.2f} cores busy, "
         f"max {loads[-1]:.2f}; {busy} of {len(loads)} runs shared the machine with more than half "
-        f"a core of other work ({os.cpu_count()} CPUs). Ratios per CPU second move least with it."
+        f"a core of other work ({os.cpu_count()} CPUs).{again} Ratios per CPU second move least with it."
     )
 
 
@@ -614,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
                     busy = args.max_other_load is not None and row["other_load"] > args.max_other_load
                     if row["status"] == "ok" and busy and attempt < args.busy_retries:
                         row["status"] = "busy"  # kept in the JSON, left out of the medians
+                    elif row["status"] == "ok" and busy:
+                        row["busy_kept"] = True  # the retries are spent: counted, and said so
                     rows.append(row)
                     print(f"  {_brief(row)}", flush=True)
                     if row["status"] != "busy":
