@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is imported on first use
     from insitu.arrays.discovery import Geometries, open_geometries, select
     from insitu.arrays.geometry import ArrayGeometry
+    from insitu.arrays.ngff import open_ome_ngff
     from insitu.arrays.transform_config import transform_from_config
     from insitu.batch import Batch
     from insitu.dataset import DatasetView, InSituDataset
@@ -66,6 +67,7 @@ _LAZY_NAMES: dict[str, str] = {
     "from_xarray": "insitu.xarray_source",
     "geometries_from_xarray": "insitu.xarray_source",
     "open_geometries": "insitu.arrays.discovery",
+    "open_ome_ngff": "insitu.arrays.ngff",
     "open_store": "insitu.store.opener",
     "register_xarray_accessor": "insitu.xarray_source",
     "select": "insitu.arrays.discovery",
@@ -100,6 +102,7 @@ __all__ = [
     "from_xarray",
     "geometries_from_xarray",
     "open_geometries",
+    "open_ome_ngff",
     "open_store",
     "register_xarray_accessor",
     "select",
