@@ -26,8 +26,8 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import Segment
-from insitu.plan.patches import epoch_patches, plan_patches
-from insitu.plan.patches_elastic import PatchEpochSettings, elastic_patch_order
+from insitu.plan.patches import plan_patches
+from insitu.plan.patches_elastic import PatchEpochSettings, segment_order
 from insitu.plan.patches_order import PATCH_ORDER_VERSION
 from insitu.plan.patches_reads import patch_array_needs
 from insitu.plan.patches_regions import PatchSet
@@ -228,22 +228,7 @@ class PatchPlans:
             uneven=self.sharding.uneven,
             batch_size=opts.batch_size,
         )
-        if resumed_from:
-            order = elastic_patch_order(patches, settings, resumed_from, rank=rank, world_size=world_size)
-        else:
-            order = epoch_patches(
-                patches,
-                self.spec,
-                epoch=epoch,
-                seed=opts.seed,
-                split=split,
-                shuffle=shuffle,
-                block_chunks=opts.block_chunks,
-                first_block_chunks=settings.first_block_chunks,
-                rank=rank,
-                world_size=world_size,
-                uneven=self.sharding.uneven,
-            )
+        order = segment_order(patches, settings, resumed_from, rank, world_size)
         arrays = {
             path: patch_array_needs(order, self._chunks[path].chunk_shape, offsets, self._chunks[path].mapper)
             for path, offsets in self._offsets.items()
