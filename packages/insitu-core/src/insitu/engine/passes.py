@@ -102,17 +102,18 @@ class PassService:
         A patch plan runs as a :class:`PatchEpochRun`, reading ahead only as far as the pool's
         slots hold the chunks (a chunk cannot be streamed)."""
         runner: type[EpochRun] = EpochRun
-        ahead: int | None = self._readahead_blocks
+        ahead = self._readahead_blocks
         if plan.patches is not None:
             runner = PatchEpochRun
             slots = {path: apool.n_slots for path, apool in self._engine.pool.arrays.items()}
-            ahead = patch_readahead(plan, slots, self._readahead_blocks)
-            if ahead is None:
+            fits = patch_readahead(plan, slots, self._readahead_blocks)
+            if fits is None:
                 need = {path: plan.max_slots(path, plan.batch_span) for path in plan.arrays}
                 raise ConfigError(
                     f"the pool holds {slots} chunk(s) per array, but one batch of split {split!r} reads "
                     f"{need} at once; raise cache_budget_bytes or lower batch_size or block_chunks"
                 )
+            ahead = fits
         run = runner(
             self._engine,
             self._gatherer,
