@@ -368,7 +368,8 @@ def _copy_patches(
     box = np.array(shape.box)
     ends = starts + (box if extent is None else np.minimum(box, extent))
     short = (ends - starts < box).any(axis=1)
-    for i in range(len(starts)):
+    inside = _copy_contained(boxes, arena, starts, short, shape, units, slots)
+    for i in np.flatnonzero(~inside).tolist():
         row = boxes[i]
         if short[i]:
             row[...] = shape.fill
@@ -398,6 +399,51 @@ def _copy_patches(
                 row[_outer(dst)] = arena[s][_outer(src)]
             else:
                 row[tuple(dst)] = arena[s][tuple(src)]
+
+
+#: Patches of at most this many elements are gathered in one fancy-indexed call when they lie in
+#: one chunk: a Python-level copy per patch costs microseconds, which dominates small patches,
+#: while fancy indexing of a window view loses to row-contiguous slice copies for large ones.
+#: Measured (float32, 64 patches out of 512 x 512 chunks, best of 30): 16² 9.2 vs 1.4 GB/s,
+#: 32² 16.7 vs 4.5, 64² 18.6 vs 12.8, 128² 24.1 vs 24.7, 256² 8.7 vs 13.2.
+CONTAINED_GATHER_MAX = 128 * 128
+
+
+def _copy_contained(
+    boxes: np.ndarray,
+    arena: np.ndarray,
+    starts: np.ndarray,
+    short: np.ndarray,
+    shape: PatchShape,
+    units: np.ndarray,
+    slots: np.ndarray,
+) -> np.ndarray:
+    """Copy, in one fancy-indexed gather, every patch that lies inside one chunk (most of them when
+    patches are smaller than chunks): a window view of the arena indexed by (slot, origin in the
+    chunk). Returns which patches were copied; the others are copied piece by piece."""
+    chunk = np.array(shape.chunk_shape)
+    box = np.array(shape.box)
+    done = np.zeros(len(starts), dtype=bool)
+    if (
+        any(p is not None for p in shape.picks)
+        or (box > chunk).any()
+        or not len(starts)
+        or int(box.prod()) > CONTAINED_GATHER_MAX
+    ):
+        return done
+    first = starts // chunk
+    local = starts - first * chunk
+    one = (units >= 0).sum(axis=1) == 1
+    done = one & ~short & ((local + box) <= chunk).all(axis=1)
+    rows = np.flatnonzero(done)
+    if not len(rows):
+        return done
+    slot = slots[rows].max(axis=1)  # the one chunk's slot (the others are -1)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        arena, tuple(shape.box), axis=tuple(range(1, arena.ndim))
+    )
+    boxes[rows] = windows[(slot, *local[rows].T)]
+    return done
 
 
 def _outer(index: list[Any]) -> tuple[Any, ...]:
