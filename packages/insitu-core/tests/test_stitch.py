@@ -369,6 +369,43 @@ def test_outputs_with_other_bands_and_added_channels(tmp_path: Path) -> None:
     ds.close()
 
 
+def test_a_selected_run_is_stitched_in_place_and_the_rest_reads_as_fill(tmp_path: Path) -> None:
+    src = _source((2, 40, 50, 4))
+    ds = _dataset(tmp_path, src, (1, 16, 16, 4), ("t", "y", "x", "band"))
+    ds.close()
+    store = insitu.open_store(str(tmp_path / "data.zarr"))
+    g = insitu.open_geometries(store)
+    box = insitu.select(g, isel={"x": slice(10, 45), "band": slice(1, 3)})["v"]
+    ds = insitu.InSituDataset(
+        store,
+        insitu.split_by_chunk(box, fractions=(1.0,), names=("train",)),
+        geometries=[box],
+        patch={"y": 12, "x": 12},
+        patch_stride={"y": 8, "x": 8},
+        patch_edge="pad",
+    )
+    out = CountingStore(MemoryStore())
+    _stitch(ds.all, out, blend="taper")
+    result = zarr.open_array(out, path="pred")[:]
+    assert result.shape == src.shape  # the stored array's, origins are its indices
+    np.testing.assert_array_equal(result[:, :, 10:45, 1:3], src[:, :, 10:45, 1:3])
+    assert np.isnan(result[:, :, :10]).all()
+    assert np.isnan(result[:, :, 45:]).all()
+    assert np.isnan(result[..., [0, 3]]).all()
+    assert set(out.chunk_writes("pred").values()) == {1}
+    picked = insitu.select(g, isel={"band": [0, 2]})["v"]
+    listed = insitu.InSituDataset(
+        store,
+        insitu.split_by_chunk(picked, fractions=(1.0,), names=("train",)),
+        geometries=[picked],
+        patch={"y": 12, "x": 12},
+    )
+    with pytest.raises(ConfigError, match="select a list of indices"):
+        insitu.PatchStitcher(MemoryStore(), "pred", view=listed.all)
+    listed.close()
+    ds.close()
+
+
 def test_a_sharded_output_writes_each_shard_once(tmp_path: Path) -> None:
     src = _source((1, 64, 64))
     ds = _dataset(
