@@ -17,12 +17,17 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import insitu
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError, IncompleteStitchError
+from insitu.plan.patches_spec import PatchSpec
+from insitu.plan.stitch_layout import StitchLayout
 from insitu.stitch import taper_window
 
 
@@ -212,6 +217,36 @@ def test_the_chunks_held_never_exceed_what_the_pass_order_needs(tmp_path: Path, 
     assert p.peak_bytes_in_progress == bound * 32 * 32 * 16
     np.testing.assert_array_equal(zarr.open_array(st.array.store, path="pred")[:], src)
     ds.close()
+
+
+@st.composite
+def _grids(draw: st.DrawFn) -> tuple[Any, tuple[int, ...]]:
+    shape = tuple(draw(st.integers(1, 40)) for _ in range(3))
+    chunks = tuple(draw(st.integers(1, n + 3)) for n in shape)
+    named = {d: draw(st.integers(1, n)) for d, n in zip("tyx", shape, strict=True) if draw(st.booleans())}
+    stride = {d: draw(st.integers(1, s + 2)) for d, s in named.items()}
+    edge = draw(st.sampled_from(["shift", "pad", "drop"]))
+    geom = ArrayGeometry("v", "v", shape, np.dtype("f4"), chunks, dimension_names=("t", "y", "x"))
+    out_chunks = tuple(draw(st.integers(1, n + 3)) for n in shape)
+    return PatchSpec(named, stride, edge=edge).resolve(geom), out_chunks
+
+
+@settings(max_examples=60, deadline=None)
+@given(_grids())
+def test_each_patch_touches_exactly_the_output_chunks_its_valid_part_overlaps(case: Any) -> None:
+    grid, out_chunks = case
+    layout = StitchLayout.of(grid, None, grid.shape, out_chunks)
+    origins = grid.origins(np.arange(grid.n_positions))
+    extent = grid.valid_extent(origins)
+    units = layout.touched(origins, extent)
+    for origin, valid, row in zip(origins, extent, units, strict=True):
+        ranges = [
+            range(o // c, (o + min(b, e) - 1) // c + 1)
+            for o, b, e, c in zip(origin.tolist(), grid.patch_shape, valid.tolist(), out_chunks, strict=True)
+        ]
+        want = {int(np.ravel_multi_index(c, layout.unit_grid)) for c in itertools.product(*ranges)}
+        assert set(row[row >= 0].tolist()) == want
+        assert len(row[row >= 0]) == len(want)
 
 
 def test_taper_window_is_the_documented_ramp() -> None:

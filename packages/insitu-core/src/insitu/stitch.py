@@ -35,7 +35,6 @@ numpy and zarr only; the writes run on the caller's thread, in ``add``.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,30 +47,13 @@ import zarr
 from insitu.batch import Batch
 from insitu.errors import ConfigError, IncompleteStitchError
 from insitu.plan.patches_spec import PatchGrid
+from insitu.plan.stitch_layout import BLENDS, StitchLayout, taper_window
 from insitu.views import DatasetView
 
 __all__ = ["BLENDS", "PatchStitcher", "StitchProgress", "taper_window"]
 
-BLENDS = ("mean", "taper")
 #: Patches per piece when the pass's origin list is counted (bounds the counting temporaries).
 _COUNT_PIECE = 1 << 16
-
-
-def taper_window(size: int, overlap: int) -> np.ndarray:
-    """The ``"taper"`` weights along one axis of a patch of ``size`` elements whose neighbours
-    overlap it by ``overlap`` elements (``size - stride``): float64, ``size`` long.
-
-    ``w[i] = min(1, (i + 1) / (overlap + 1), (size - i) / (overlap + 1))``: a linear ramp up
-    over the first ``overlap`` elements, 1 in the middle, the mirror ramp down over the last
-    ``overlap``. Never zero, so an element only one patch covers (near the array's edge) keeps
-    that patch's value; on a regular grid two neighbours' ramps sum to 1 across their overlap.
-    ``overlap <= 0`` gives all ones (the plain mean).
-    """
-    if size < 1:
-        raise ConfigError(f"taper_window needs a size of at least 1, got {size}")
-    overlap = max(0, int(overlap))
-    i = np.arange(size, dtype=np.float64)
-    return np.minimum(1.0, np.minimum(i + 1, size - i) / (overlap + 1))
 
 
 @dataclass(frozen=True)
@@ -92,26 +74,6 @@ class StitchProgress:
     def done(self) -> bool:
         """Whether every chunk the pass's patches touch is written."""
         return self.chunks_written == self.chunks_total
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where an output row goes in the output array, per axis of the array (the reference
-    array's axes, then any trailing axes the outputs add).
-
-    ``row``: the shape of one output row as the caller gives it (``outputs.shape[1:]``);
-    ``placed``: the axis takes the patch's origin (False: the row covers the whole axis from 0,
-    an axis the outputs resize or add); ``box``: the row's length along it; ``uniform``: every
-    patch covers the whole axis, so weights do not vary along it (accumulated weights keep one
-    element there); ``row_view``: the shape a row is viewed as, one entry per array axis (1 on a
-    reference axis the row leaves out: an unnamed sample axis)."""
-
-    shape: tuple[int, ...]
-    row: tuple[int, ...]
-    placed: tuple[bool, ...]
-    box: tuple[int, ...]
-    uniform: tuple[bool, ...]
-    row_view: tuple[int, ...]
 
 
 @dataclass
@@ -190,8 +152,6 @@ class PatchStitcher:
         zarr_format: int = 3,
         overwrite: bool = False,
     ) -> None:
-        if blend not in BLENDS:
-            raise ConfigError(f"blend={blend!r}; expected one of {list(BLENDS)}")
         self.dtype = np.dtype(dtype)
         if self.dtype.kind not in "fc":
             raise ConfigError(
@@ -200,24 +160,21 @@ class PatchStitcher:
             )
         self.blend = blend
         self.grid = _patch_grid(view)
-        self.layout = _layout(self.grid, row_shape)
         ref = view.dataset.labels[0]
-        self.chunks = _chunks(self.layout, ref.chunk_shape, chunks)
-        self.unit = self.chunks if shards is None else _shards(self.layout, self.chunks, shards)
-        self.unit_grid = tuple(-(-n // u) for n, u in zip(self.layout.shape, self.unit, strict=True))
+        self.layout = StitchLayout.of(self.grid, row_shape, ref.chunk_shape, chunks, shards)
+        self.weight = self.layout.window(self.grid, blend)
         self.fill_value = np.nan if fill_value is None else fill_value
-        self.weight = _window(self.grid, self.layout, blend)
         # Count first, create second: a view that cannot be stitched leaves no array behind.
         self._remaining, self._patches_total = self._count(view)
         self.array = _create(
             store,
             name,
             shape=self.layout.shape,
-            chunks=self.chunks,
-            shards=None if shards is None else self.unit,
+            chunks=self.layout.chunks,
+            shards=None if shards is None else self.layout.unit,
             dtype=self.dtype,
             fill_value=self.fill_value,
-            dimension_names=_dimension_names(self.layout, ref.dimension_names, dimension_names, zarr_format),
+            dimension_names=self.layout.dimension_names(ref.dimension_names, dimension_names, zarr_format),
             zarr_format=zarr_format,
             overwrite=overwrite,
         )
@@ -278,11 +235,11 @@ class PatchStitcher:
         if not len(origins):
             return
         extent = self.grid.valid_extent(origins)
-        units = self._touched(origins, extent)
+        units = self.layout.touched(origins, extent)
         ids, per = np.unique(units[units >= 0], return_counts=True)
         over = per > self._remaining[ids]
         if over.any():  # checked before anything is added: a refused batch changes nothing
-            chunk = tuple(int(c) for c in np.unravel_index(int(ids[over][0]), self.unit_grid))
+            chunk = tuple(int(c) for c in np.unravel_index(int(ids[over][0]), self.layout.unit_grid))
             more = f" (and {int(over.sum()) - 1} more)" if over.sum() > 1 else ""
             raise ConfigError(
                 f"patches of this batch touch output chunk {chunk}{more} after the patches the pass "
@@ -326,7 +283,7 @@ class PatchStitcher:
     def _add_row(self, row: np.ndarray, origin: np.ndarray, extent: np.ndarray, units: np.ndarray) -> None:
         """Add one patch's row to every chunk it touches (``units``, -1: none)."""
         lay = self.layout
-        lo, hi = self._interval(origin[None, :], extent[None, :])
+        lo, hi = self.layout.interval(origin[None, :], extent[None, :])
         lo0, hi0 = lo[0].tolist(), hi[0].tolist()
         weight = self.weight
         for u in units.tolist():
@@ -357,12 +314,10 @@ class PatchStitcher:
                 acc.weights[tuple(wdst)] += w
 
     def _start(self, unit: int) -> _Pending:
-        coords = np.unravel_index(unit, self.unit_grid)
-        start = tuple(int(c) * u for c, u in zip(coords, self.unit, strict=True))
-        shape = tuple(min(u, n - s) for s, u, n in zip(start, self.unit, self.layout.shape, strict=True))
+        start, shape = self.layout.unit_box(unit)
         wide = np.complex128 if self.dtype.kind == "c" else np.float64
-        weights_shape = tuple(1 if uni else n for n, uni in zip(shape, self.layout.uniform, strict=True))
-        return _Pending(start, np.zeros(shape, dtype=wide), np.zeros(weights_shape, dtype=np.float64))
+        weights = tuple(1 if uni else n for n, uni in zip(shape, self.layout.uniform, strict=True))
+        return _Pending(start, np.zeros(shape, dtype=wide), np.zeros(weights, dtype=np.float64))
 
     def _write(self, unit: int) -> None:
         """Normalise one chunk and write it (one store write), then free it."""
@@ -376,37 +331,6 @@ class PatchStitcher:
         self._written += 1
 
     # -- the pass's patches, counted per output chunk ----------------------------------------
-    def _interval(self, origins: np.ndarray, extent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per patch and array axis, the half-open part of the axis its valid part covers."""
-        lay = self.layout
-        n = len(origins)
-        lo = np.zeros((n, len(lay.shape)), dtype=np.int64)
-        hi = np.empty_like(lo)
-        for d, (placed, box) in enumerate(zip(lay.placed, lay.box, strict=True)):
-            if placed:
-                lo[:, d] = origins[:, d]
-                hi[:, d] = origins[:, d] + np.minimum(box, extent[:, d])
-            else:
-                hi[:, d] = box
-        return lo, hi
-
-    def _touched(self, origins: np.ndarray, extent: np.ndarray) -> np.ndarray:
-        """Per patch, the flat id of every output chunk its valid part touches, ``(n, k)``; -1
-        where a patch touches fewer than the most any patch can."""
-        lo, hi = self._interval(origins, extent)
-        unit = np.asarray(self.unit, dtype=np.int64)
-        first, last = lo // unit, (hi - 1) // unit
-        span = [
-            min(g, -(-(b - 1) // u) + 1)
-            for b, u, g in zip(self.layout.box, self.unit, self.unit_grid, strict=True)
-        ]
-        steps = np.array(list(itertools.product(*(range(s) for s in span))), dtype=np.int64)
-        coords = first[:, None, :] + steps[None, :, :]
-        inside = (coords <= last[:, None, :]).all(axis=2)
-        grid = np.asarray(self.unit_grid, dtype=np.int64)
-        flat = np.ravel_multi_index(tuple(np.moveaxis(np.minimum(coords, grid - 1), 2, 0)), self.unit_grid)
-        return np.where(inside, flat, -1)
-
     def _count(self, view: DatasetView) -> tuple[np.ndarray, int]:
         """Patches of the view's pass touching each output chunk, and how many patches it holds:
         ``view.patch_order()`` read a piece at a time, padding repeats (``uneven="pad"``) left out."""
@@ -416,10 +340,10 @@ class PatchStitcher:
         n = plan.n_batches * plan.batch_size if view.drop_last else plan.n_positions  # as patch_order
         if plan.n_valid >= 0:
             n = min(n, plan.n_valid)
-        counts = np.zeros(math.prod(self.unit_grid), dtype=np.int64)
+        counts = np.zeros(math.prod(self.layout.unit_grid), dtype=np.int64)
         for lo in range(0, n, _COUNT_PIECE):
             origins = order.origins_between(lo, min(n, lo + _COUNT_PIECE))
-            units = self._touched(origins, self.grid.valid_extent(origins))
+            units = self.layout.touched(origins, self.grid.valid_extent(origins))
             ids, per = np.unique(units[units >= 0], return_counts=True)
             counts[ids] += per
         return counts, n
@@ -485,98 +409,6 @@ def _patch_grid(view: DatasetView) -> PatchGrid:
             "along an axis the patch does not name; select a range (a slice) there, or nothing"
         )
     return grid
-
-
-def _layout(grid: PatchGrid, row_shape: Sequence[int] | None) -> _Layout:
-    delivered = grid.delivered_axes
-    given = grid.delivered_shape if row_shape is None else tuple(int(n) for n in row_shape)
-    if len(given) < len(delivered) or any(n < 1 for n in given):
-        raise ConfigError(
-            f"row_shape={given} must start with one length per axis of the delivered patch "
-            f"{grid.delivered_shape} (trailing axes may follow)"
-        )
-    names = grid.dims
-    shape, placed, box, uniform, row_view = [], [], [], [], []
-    lengths = dict(zip(delivered, given, strict=False))
-    for d, axis in enumerate(grid.axes):
-        tiled = d in grid.named or d == grid.sample_axis
-        n = lengths.get(d, 1)  # the unnamed sample axis: one element per patch
-        if tiled and n != axis.size:
-            raise ConfigError(
-                f"row_shape={given} has {n} along {names[d] or f'axis {d}'!r}; outputs are blended "
-                f"along the axes the patch names and keep the patch's size there ({axis.size}); only "
-                "axes it takes whole may change length"
-            )
-        keep = tiled or n == axis.size  # a whole axis of another length starts at 0, stored whole
-        shape.append(grid.shape[d] if keep else n)
-        placed.append(keep)
-        box.append(axis.size if keep else n)
-        uniform.append(axis.whole or not keep)
-        row_view.append(n)
-    extra = given[len(delivered) :]
-    return _Layout(
-        tuple(shape) + extra,
-        given,
-        tuple(placed) + (False,) * len(extra),
-        tuple(box) + extra,
-        tuple(uniform) + (True,) * len(extra),
-        tuple(row_view) + extra,
-    )
-
-
-def _window(grid: PatchGrid, layout: _Layout, blend: str) -> np.ndarray | None:
-    """The ``"taper"`` weights of one patch, over the row's view (one element along uniform
-    axes); None for ``"mean"``."""
-    if blend == "mean":
-        return None
-    weight = np.ones((1,) * len(layout.shape))
-    for d, axis in enumerate(grid.axes):
-        if layout.uniform[d]:
-            continue
-        w = taper_window(axis.size, axis.size - axis.stride)
-        view = [1] * len(layout.shape)
-        view[d] = axis.size
-        weight = weight * w.reshape(view)
-    return weight
-
-
-def _chunks(layout: _Layout, ref_chunks: Sequence[int], chunks: Sequence[int] | None) -> tuple[int, ...]:
-    if chunks is None:
-        ref = tuple(ref_chunks) + (0,) * (len(layout.shape) - len(ref_chunks))
-        return tuple(
-            min(c, n) if placed else n for c, n, placed in zip(ref, layout.shape, layout.placed, strict=True)
-        )
-    out = tuple(int(c) for c in chunks)
-    if len(out) != len(layout.shape) or any(c < 1 for c in out):
-        raise ConfigError(
-            f"chunks={tuple(chunks)} must give a positive length per axis of the output {layout.shape}"
-        )
-    return out
-
-
-def _shards(layout: _Layout, chunks: tuple[int, ...], shards: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(int(s) for s in shards)
-    if len(out) != len(layout.shape) or any(s < c or s % c for s, c in zip(out, chunks, strict=False)):
-        raise ConfigError(f"shards={tuple(shards)} must be a multiple of the chunks {chunks} on every axis")
-    return out
-
-
-def _dimension_names(
-    layout: _Layout,
-    ref: Sequence[str | None] | None,
-    given: Sequence[str | None] | None,
-    zarr_format: int,
-) -> tuple[str | None, ...] | None:
-    if given is not None:
-        if len(given) != len(layout.shape):
-            raise ConfigError(
-                f"dimension_names={tuple(given)} must name each axis of the output {layout.shape}"
-            )
-        return tuple(given)
-    if zarr_format == 2 or ref is None:
-        return None
-    names = [n if placed else None for n, placed in zip(ref, layout.placed, strict=False)]
-    return (*names, *([None] * (len(layout.shape) - len(names))))
 
 
 def _create(store: Any, name: str, *, zarr_format: int, overwrite: bool, **kwargs: Any) -> zarr.Array:
