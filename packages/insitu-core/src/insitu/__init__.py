@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
         CacheInUseError,
         ConfigError,
         DatasetClosedError,
+        IncompleteStitchError,
         InSituError,
         MetadataError,
         StaleCacheError,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
     from insitu.plan.patches_split import SpatialSplit, split_by_region
     from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
     from insitu.sources import BatchedView
+    from insitu.stitch import PatchStitcher, StitchProgress
     from insitu.store.opener import open_store
     from insitu.store.retry import RetryPolicy
     from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
@@ -57,11 +59,14 @@ _LAZY_NAMES: dict[str, str] = {
     "Geometries": "insitu.arrays.discovery",
     "InSituDataset": "insitu.dataset",
     "InSituError": "insitu.errors",
+    "IncompleteStitchError": "insitu.errors",
     "MetadataError": "insitu.errors",
+    "PatchStitcher": "insitu.stitch",
     "RetryPolicy": "insitu.store.retry",
     "SpatialSplit": "insitu.plan.patches_split",
     "SplitManifest": "insitu.plan.splits",
     "StaleCacheError": "insitu.errors",
+    "StitchProgress": "insitu.stitch",
     "StoreTimeoutError": "insitu.errors",
     "StoreUnavailableError": "insitu.errors",
     "from_xarray": "insitu.xarray_source",
@@ -91,11 +96,14 @@ __all__ = [
     "Geometries",
     "InSituDataset",
     "InSituError",
+    "IncompleteStitchError",
     "MetadataError",
+    "PatchStitcher",
     "RetryPolicy",
     "SpatialSplit",
     "SplitManifest",
     "StaleCacheError",
+    "StitchProgress",
     "StoreTimeoutError",
     "StoreUnavailableError",
     "__version__",
