@@ -93,6 +93,9 @@ class PatchStitcher:
     """Blends model outputs for the patches of one pass over ``view`` into a Zarr array
     ``name`` in ``store``, writing each output chunk once.
 
+    Use it as a context manager (``close()`` on leaving; an exception leaving the block drops
+    the chunks in progress instead), or call :meth:`close` yourself.
+
     Parameters
     ----------
     store
@@ -132,8 +135,6 @@ class PatchStitcher:
     overwrite
         Replace an existing array of the same name.
 
-    Use it as a context manager (``close()`` on leaving; an exception leaving the block drops
-    the chunks in progress instead), or call :meth:`close` yourself.
     """
 
     def __init__(
