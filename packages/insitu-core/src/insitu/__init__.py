@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is imported on first use
     from insitu.arrays.discovery import Geometries, open_geometries, select
     from insitu.arrays.geometry import ArrayGeometry
+    from insitu.arrays.ngff import open_ome_ngff
     from insitu.arrays.transform_config import transform_from_config
     from insitu.batch import Batch
     from insitu.dataset import DatasetView, InSituDataset
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
         CacheInUseError,
         ConfigError,
         DatasetClosedError,
+        IncompleteStitchError,
         InSituError,
         MetadataError,
         StaleCacheError,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
     from insitu.plan.patches_split import SpatialSplit, split_by_region
     from insitu.plan.splits import SplitManifest, split_by_chunk, split_by_coord
     from insitu.sources import BatchedView
+    from insitu.stitch import PatchStitcher, StitchProgress
     from insitu.store.opener import open_store
     from insitu.store.retry import RetryPolicy
     from insitu.xarray_source import from_xarray, geometries_from_xarray, register_xarray_accessor
@@ -56,16 +59,20 @@ _LAZY_NAMES: dict[str, str] = {
     "Geometries": "insitu.arrays.discovery",
     "InSituDataset": "insitu.dataset",
     "InSituError": "insitu.errors",
+    "IncompleteStitchError": "insitu.errors",
     "MetadataError": "insitu.errors",
+    "PatchStitcher": "insitu.stitch",
     "RetryPolicy": "insitu.store.retry",
     "SpatialSplit": "insitu.plan.patches_split",
     "SplitManifest": "insitu.plan.splits",
     "StaleCacheError": "insitu.errors",
+    "StitchProgress": "insitu.stitch",
     "StoreTimeoutError": "insitu.errors",
     "StoreUnavailableError": "insitu.errors",
     "from_xarray": "insitu.xarray_source",
     "geometries_from_xarray": "insitu.xarray_source",
     "open_geometries": "insitu.arrays.discovery",
+    "open_ome_ngff": "insitu.arrays.ngff",
     "open_store": "insitu.store.opener",
     "register_xarray_accessor": "insitu.xarray_source",
     "select": "insitu.arrays.discovery",
@@ -89,17 +96,21 @@ __all__ = [
     "Geometries",
     "InSituDataset",
     "InSituError",
+    "IncompleteStitchError",
     "MetadataError",
+    "PatchStitcher",
     "RetryPolicy",
     "SpatialSplit",
     "SplitManifest",
     "StaleCacheError",
+    "StitchProgress",
     "StoreTimeoutError",
     "StoreUnavailableError",
     "__version__",
     "from_xarray",
     "geometries_from_xarray",
     "open_geometries",
+    "open_ome_ngff",
     "open_store",
     "register_xarray_accessor",
     "select",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from insitu.arrays.coregistration import Scale, scale_extent
 from insitu.arrays.lazycoords import LazyValues, resolve
 
 
@@ -27,6 +28,8 @@ class BatchPatches:
     axes: tuple[int, ...]
     extent: np.ndarray | None = None
     coords: Mapping[str, tuple[int, np.ndarray | LazyValues]] = field(default_factory=dict)
+    #: Labels read at another resolution than the reference: their index scale per axis.
+    scales: Mapping[str, Scale] = field(default_factory=dict)
 
     def coords_of_rows(self) -> dict[str, np.ndarray]:
         """Per patched dimension with coordinates, each row's values: ``(rows, size)``. Past the end
@@ -119,8 +122,10 @@ class Batch(Mapping[str, np.ndarray]):
         mask = np.ones(value.shape, dtype=bool)
         if patches.extent is None:
             return mask
+        scale = patches.scales.get(label)
+        extent = patches.extent if scale is None else scale_extent(patches.extent, scale)
         for k, axis in enumerate(patches.axes):
-            inside = np.arange(value.shape[1 + k])[None, :] < patches.extent[:, axis, None]
+            inside = np.arange(value.shape[1 + k])[None, :] < extent[:, axis, None]
             view = [1] * value.ndim
             view[0], view[1 + k] = value.shape[0], value.shape[1 + k]
             mask &= inside.reshape(view)

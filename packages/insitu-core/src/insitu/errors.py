@@ -93,3 +93,9 @@ class StoreTimeoutError(StoreUnavailableError, TimeoutError):
         limit = f"no answer within {limit_s:g} s" if limit_s is not None else "timed out"
         super().__init__(store, key, f"{limit}{' ' + reason if reason else ''}", array=array)
         self.limit_s = limit_s
+
+
+class IncompleteStitchError(InSituError, RuntimeError):
+    """A :class:`~insitu.stitch.PatchStitcher` was closed before every patch of its pass
+    arrived; the message names the output chunks left incomplete. ``close(partial=True)``
+    writes them from what arrived instead."""

@@ -42,8 +42,9 @@ from insitu_gpu.ring import PinnedRing, Slot, host_dtype
 class DeviceBatch(Mapping[str, Any]):
     """``{label: device array}`` for one batch, with the host batch's provenance.
 
-    ``sample_indices``, ``read_indices`` and ``valid`` stay on the host (numpy),
-    as they are in :class:`insitu.Batch`; ``split``, ``epoch`` and ``index``
+    ``sample_indices``, ``read_indices``, ``valid`` and, for patches,
+    ``patch_origins`` and ``patch_extent`` stay on the host (numpy), as they
+    are in :class:`insitu.Batch`; ``split``, ``epoch`` and ``index``
     say which batch this is. The arrays support DLPack
     (``torch.from_dlpack``, ``jax.dlpack.from_dlpack``) without a copy.
     """
@@ -53,6 +54,8 @@ class DeviceBatch(Mapping[str, Any]):
         self.sample_indices: np.ndarray | None = getattr(source, "sample_indices", None)
         self.read_indices: Mapping[str, np.ndarray] = dict(getattr(source, "read_indices", None) or {})
         self.valid: np.ndarray | None = getattr(source, "valid", None)
+        self.patch_origins: np.ndarray | None = getattr(source, "patch_origins", None)
+        self.patch_extent: np.ndarray | None = getattr(source, "patch_extent", None)
         self.split = str(getattr(source, "split", ""))
         self.epoch = int(getattr(source, "epoch", 0))
         self.index = int(getattr(source, "index", 0))

@@ -65,6 +65,10 @@ class ArrayGeometry:
     selection: tuple[AxisSelection | None, ...] | None = None
     #: A static array has no sample axis: read once, kept resident, delivered whole in every batch.
     static: bool = False
+    #: The physical size of one index along each axis (OME-NGFF ``scale``; None: 1 everywhere).
+    #: Arrays sampled together in patches are co-registered by it: a label array at half the
+    #: reference's resolution (twice its spacing) reads a half-size patch at half the origin.
+    spacing: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         what = f"array {self.path or self.name!r}"
@@ -98,6 +102,8 @@ class ArrayGeometry:
                 f"{what} has empty samples: axis {self.shape.index(0)} has length 0 (shape {self.shape})"
             )
         self._check_limits(what)
+        if self.spacing is not None:
+            object.__setattr__(self, "spacing", _spacing(what, self.spacing, ndim))
         if not is_integer(self.offset) or abs(self.offset) > MAX_OFFSET:
             raise ConfigError(
                 f"offset must be an integer number of samples within 2**62 either way, "
@@ -221,6 +227,20 @@ class ArrayGeometry:
         if rest:
             raise ConfigError(f"shift({span!r}) is not a whole number of {dim!r} steps of {step}")
         return int(count)
+
+    def with_spacing(
+        self, spacing: Mapping[str | int, float] | None = None, **by_name: float
+    ) -> ArrayGeometry:
+        """The same array with the physical size of one index given per dimension (by name or axis
+        number; dimensions not given keep theirs, 1 by default): how arrays at other resolutions
+        are co-registered with the reference array of a patch dataset (``labels.with_spacing(y=2,
+        x=2)``: labels at half the resolution of an image of spacing 1)."""
+        given: dict[str | int, float] = dict(spacing) if spacing is not None else {}
+        given.update(by_name)
+        values = list(self.spacing) if self.spacing is not None else [1.0] * len(self.shape)
+        for dim, value in given.items():
+            values[self.axis_of(dim)] = value
+        return replace(self, spacing=tuple(values))
 
     def with_sample_axis(self, axis: int) -> ArrayGeometry:
         """The same array with another axis playing the sample role."""
@@ -414,7 +434,18 @@ class ArrayGeometry:
             if self.selection is None
             else [None if s is None else s.describe() for s in self.selection],
             "metadata": _jsonable(self.metadata),
-        }
+        } | ({} if self.spacing is None else {"spacing": list(self.spacing)})
+
+
+def _spacing(what: str, given: Any, ndim: int) -> tuple[float, ...]:
+    """``given`` as one positive, finite physical size per axis, or a ConfigError naming it."""
+    try:
+        values = tuple(float(v) for v in given)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: spacing must be one number per axis, got {given!r}") from None
+    if len(values) != ndim or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ConfigError(f"{what}: spacing must be {ndim} positive, finite numbers, got {given!r}")
+    return values
 
 
 def bytes_per_sample(sample_shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:

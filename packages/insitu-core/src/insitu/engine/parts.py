@@ -36,7 +36,7 @@ from insitu.options import BadChunkPolicy, CacheOptions, ReadOptions
 from insitu.plan.budget import MemoryPlan, auto_budget, plan_memory
 from insitu.plan.limits import check_fits
 from insitu.plan.memory_model import PassFootprint, arena_bytes, pass_footprint
-from insitu.plan.patch_plans import PatchPlans
+from insitu.plan.patch_plans import PatchPlans, scaled_reads
 from insitu.plan.patches_spec import PatchGrid
 from insitu.plan.splits import SplitManifest
 from insitu.store.loop import get_loop, in_loop_thread, loop_exited, run_sync
@@ -124,9 +124,11 @@ def size_patch_pool(
         slots[path] = int(min(u.n_slabs, max(window[path], share // max(1, specs[path].nbytes))))
     memory = MemoryPlan(budget, slots)
     grid = plans.grid
-    gather_specs = {
-        g.label: SlabSpec((1, *grid.delivered_shape), specs[g.path].dtype) for g in labels.sampled
-    }
+    gather_specs = {}
+    for g in labels.sampled:  # one patch row of each label (at its own resolution)
+        scale, box = scaled_reads(grid, labels.sampled[0], g)
+        read = grid.read_shape if all(k == 1 for k in scale) else box
+        gather_specs[g.label] = SlabSpec((1, *(read[d] for d in grid.delivered_axes)), specs[g.path].dtype)
     held = PassFootprint(
         arenas=sum(arena_bytes(specs[p], slots[p]) for p in specs),
         batch_bytes={label: spec.sample_nbytes * options.batch_size for label, spec in gather_specs.items()},

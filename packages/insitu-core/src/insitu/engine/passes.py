@@ -21,7 +21,6 @@ from insitu.engine.epoch import END, EpochRun
 from insitu.engine.gather import Gatherer
 from insitu.engine.loader import Engine
 from insitu.engine.patch_epoch import PatchEpochRun, patch_readahead
-from insitu.engine.patch_gather import PatchGatherer
 from insitu.errors import ConfigError
 from insitu.plan.reads import EpochPlan
 from insitu.store.loop import in_loop_thread, submit
@@ -99,40 +98,25 @@ class PassService:
         self._drop_last = drop_last
 
     def start(self, plan: EpochPlan, *, split: str, epoch: int, start_batch: int) -> RunningPass:
-        """A pass over ``plan`` from batch ``start_batch`` on, ready to :meth:`RunningPass.launch`."""
+        """A pass over ``plan`` from batch ``start_batch`` on, ready to :meth:`RunningPass.launch`.
+        A patch plan runs as a :class:`PatchEpochRun`, reading ahead only as far as the pool's
+        slots hold the chunks (a chunk cannot be streamed)."""
+        runner: type[EpochRun] = EpochRun
+        ahead = self._readahead_blocks
         if plan.patches is not None:
-            return RunningPass(
-                self._patch_run(plan, split=split, epoch=epoch, start_batch=start_batch), self._engine
-            )
-        run = EpochRun(
+            runner = PatchEpochRun
+            slots = {path: apool.n_slots for path, apool in self._engine.pool.arrays.items()}
+            fits = patch_readahead(plan, slots, self._readahead_blocks)
+            if fits is None:
+                need = {path: plan.max_slots(path, plan.batch_span) for path in plan.arrays}
+                raise ConfigError(
+                    f"the pool holds {slots} chunk(s) per array, but one batch of split {split!r} reads "
+                    f"{need} at once; raise cache_budget_bytes or lower batch_size or block_chunks"
+                )
+            ahead = fits
+        run = runner(
             self._engine,
             self._gatherer,
-            plan,
-            split=split,
-            epoch=epoch,
-            prefetch=self._prefetch,
-            readahead_blocks=self._readahead_blocks,
-            skip_bad=self._skip_bad,
-            drop_short=self._drop_last,
-            start_batch=start_batch,
-        )
-        return RunningPass(run, self._engine)
-
-    def _patch_run(self, plan: EpochPlan, *, split: str, epoch: int, start_batch: int) -> PatchEpochRun:
-        """A pass over a patch plan, reading ahead as far as the pool's slots hold the chunks."""
-        gatherer = self._gatherer
-        assert isinstance(gatherer, PatchGatherer), "a patch plan is gathered by a PatchGatherer"
-        slots = {path: apool.n_slots for path, apool in self._engine.pool.arrays.items()}
-        ahead = patch_readahead(plan, slots, self._readahead_blocks)
-        if ahead is None:
-            need = {path: plan.max_slots(path, plan.batch_span) for path in plan.arrays}
-            raise ConfigError(
-                f"the pool holds {slots} chunk(s) per array, but one batch of split {split!r} reads "
-                f"{need} at once; raise cache_budget_bytes or lower batch_size or block_chunks"
-            )
-        return PatchEpochRun(
-            self._engine,
-            gatherer,
             plan,
             split=split,
             epoch=epoch,
@@ -142,6 +126,7 @@ class PassService:
             drop_short=self._drop_last,
             start_batch=start_batch,
         )
+        return RunningPass(run, self._engine)
 
     def count_waiting(self, seconds: float) -> None:
         """The consumer waited ``seconds`` for a batch (the loader was behind)."""

@@ -24,8 +24,8 @@ import numpy as np
 from insitu.engine.blocks import LiveBlock
 from insitu.engine.epoch import EpochRun
 from insitu.engine.gather import BatchRows
-from insitu.engine.loader import Engine
 from insitu.engine.patch_gather import PatchGatherer
+from insitu.plan.patches_order import PatchOrder
 from insitu.plan.reads import BlockNeeds, EpochPlan
 
 
@@ -44,36 +44,19 @@ def patch_readahead(plan: EpochPlan, slots: Mapping[str, int], readahead_blocks:
 class PatchEpochRun(EpochRun):
     """State of one pass over a patch plan (see the module docstring)."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        gatherer: PatchGatherer,
-        plan: EpochPlan,
-        *,
-        split: str,
-        epoch: int,
-        prefetch: int,
-        readahead_blocks: int,
-        skip_bad: bool,
-        drop_short: bool = False,
-        start_batch: int = 0,
-    ) -> None:
-        super().__init__(
-            engine,
-            gatherer,
-            plan,
-            split=split,
-            epoch=epoch,
-            prefetch=prefetch,
-            readahead_blocks=readahead_blocks,
-            skip_bad=skip_bad,
-            drop_short=drop_short,
-            start_batch=start_batch,
-        )
-        self.patch_gatherer = gatherer
-        patches = plan.patches
-        assert patches is not None, "a patch pass runs a patch plan"
-        self.patches = patches
+    @property
+    def patches(self) -> PatchOrder:
+        """The patch order this pass serves."""
+        order = self.plan.patches
+        assert order is not None, "a patch pass runs a patch plan"
+        return order
+
+    @property
+    def patch_gatherer(self) -> PatchGatherer:
+        """The gatherer, which copies patches out of pooled chunks."""
+        gatherer = self.gatherer
+        assert isinstance(gatherer, PatchGatherer), "a patch pass gathers patches"
+        return gatherer
 
     def _may_produce(self, b: int) -> bool:
         """Within ``readahead_blocks`` of the batch being assembled, never further: the pool is

@@ -24,12 +24,14 @@ from typing import Any
 import numpy as np
 
 from insitu.arrays.chunk_units import ChunkUnits
+from insitu.arrays.coregistration import Scale, scale_extent, scale_origins
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
 from insitu.arrays.transforms import SlabSpec
 from insitu.batch import Batch, BatchPatches
 from insitu.engine.gather import BatchRows, BatchTransform, Gatherer
 from insitu.engine.pool import ChunkPool
+from insitu.plan.patch_plans import scaled_reads
 from insitu.plan.patches_spec import PatchGrid
 
 #: Per delivered axis of a static field: (reference axis, first index the field holds along it)
@@ -53,6 +55,7 @@ class PatchShape:
     grid: tuple[int, ...]  # chunks per axis
     stop: tuple[int, ...]  # per axis, where the part of the array patches are placed in ends
     fill: Any  # what padding holds
+    scale: Scale  # indices of this array per reference index (co-registered resolutions)
 
     @property
     def span(self) -> tuple[int, ...]:
@@ -113,9 +116,8 @@ class PatchGatherer(Gatherer):
         }
         self.sample_axis = grid.sample_axis
         self.padded = grid.edge == "pad"
-        box = grid.patch_shape
-        delivered = grid.delivered_shape
         picks = grid.picks or (None,) * grid.ndim
+        reference = self.labels[0]
         self.shapes: dict[str, PatchShape] = {}
         for g in self.labels:
             apool = pool.arrays[g.path]
@@ -123,23 +125,38 @@ class PatchGatherer(Gatherer):
             assert isinstance(units, ChunkUnits), "a patch pool holds chunk units"
             dtype = apool.spec.dtype
             fill = np.nan if dtype.kind in "fc" else (g.fill_value if g.fill_value is not None else 0)
-            stop = tuple(units.shape[d] if d == grid.sample_axis else a.stop for d, a in enumerate(grid.axes))
+            scale, box = scaled_reads(grid, reference, g)
+            if all(k == 1 for k in scale):
+                read, own_picks = grid.read_shape, picks
+                stop = tuple(
+                    units.shape[d] if d == grid.sample_axis else a.stop for d, a in enumerate(grid.axes)
+                )
+            else:  # another resolution (no selection): its scaled box, up to its own end
+                read, own_picks = box, (None,) * grid.ndim
+                stop = tuple(
+                    min(n, -((-a.stop * k.numerator) // k.denominator))
+                    for n, a, k in zip(units.shape, grid.axes, scale, strict=True)
+                )
             self.shapes[g.label] = PatchShape(
                 g.label,
                 g.path,
                 g.offset,
                 box,
-                grid.read_shape,
-                picks,
-                delivered,
+                read,
+                own_picks,
+                tuple(read[d] for d in grid.delivered_axes),
                 units.chunk_shape,
                 units.grid,
                 stop,
                 fill,
+                scale,
             )
         # What a batch row of each label is (a sample of one row per patch), for describe() and the
         # memory model.
-        self.specs = {g.label: SlabSpec((1, *delivered), pool.arrays[g.path].spec.dtype) for g in self.labels}
+        self.specs = {
+            label: SlabSpec((1, *shape.delivered), pool.arrays[shape.path].spec.dtype)
+            for label, shape in self.shapes.items()
+        }
 
     def patch_rows(
         self, origins: np.ndarray, valid: np.ndarray | None, *, skip_bad: bool, grid: PatchGrid | None = None
@@ -153,7 +170,7 @@ class PatchGatherer(Gatherer):
         slots: dict[str, np.ndarray] = {}
         chunks: dict[str, np.ndarray] = {}
         for label, shape in self.shapes.items():
-            units = _touched_units(origins, shape, self.sample_axis)
+            units = _touched_units(scale_origins(origins, shape.scale), shape, self.sample_axis)
             chunks[label] = units
             there = units >= 0
             slot = np.full(units.shape, -1, dtype=np.int64)
@@ -195,11 +212,13 @@ class PatchGatherer(Gatherer):
             out = self.buffers.empty((n, *shape.delivered), spec.dtype)
             boxes = out.reshape((n, *shape.read))  # an unnamed sample axis or a dropped one: one element
             arena = pools[shape.path].arena
+            own = scale_origins(origins, shape.scale)
+            own_extent = None if extent is None else scale_extent(extent, shape.scale)
             _copy_patches(
                 boxes,
                 arena,
-                origins,
-                extent,
+                own,
+                own_extent,
                 shape,
                 where.chunks[label],
                 where.slots[label],
@@ -235,6 +254,11 @@ class PatchGatherer(Gatherer):
                 self.grid.delivered_axes,
                 None if extent is None else extent.copy(),
                 self.patch_coords,
+                {
+                    label: shape.scale
+                    for label, shape in self.shapes.items()
+                    if any(k != 1 for k in shape.scale)
+                },
             ),
         )
         for t in self.batch_transforms:
@@ -344,7 +368,8 @@ def _copy_patches(
     box = np.array(shape.box)
     ends = starts + (box if extent is None else np.minimum(box, extent))
     short = (ends - starts < box).any(axis=1)
-    for i in range(len(starts)):
+    inside = _copy_contained(boxes, arena, starts, short, shape, units, slots)
+    for i in np.flatnonzero(~inside).tolist():
         row = boxes[i]
         if short[i]:
             row[...] = shape.fill
@@ -374,6 +399,51 @@ def _copy_patches(
                 row[_outer(dst)] = arena[s][_outer(src)]
             else:
                 row[tuple(dst)] = arena[s][tuple(src)]
+
+
+#: Patches of at most this many elements are gathered in one fancy-indexed call when they lie in
+#: one chunk: a Python-level copy per patch costs microseconds, which dominates small patches,
+#: while fancy indexing of a window view loses to row-contiguous slice copies for large ones.
+#: Measured (float32, 64 patches out of 512 x 512 chunks, best of 30): 16² 9.2 vs 1.4 GB/s,
+#: 32² 16.7 vs 4.5, 64² 18.6 vs 12.8, 128² 24.1 vs 24.7, 256² 8.7 vs 13.2.
+CONTAINED_GATHER_MAX = 128 * 128
+
+
+def _copy_contained(
+    boxes: np.ndarray,
+    arena: np.ndarray,
+    starts: np.ndarray,
+    short: np.ndarray,
+    shape: PatchShape,
+    units: np.ndarray,
+    slots: np.ndarray,
+) -> np.ndarray:
+    """Copy, in one fancy-indexed gather, every patch that lies inside one chunk (most of them when
+    patches are smaller than chunks): a window view of the arena indexed by (slot, origin in the
+    chunk). Returns which patches were copied; the others are copied piece by piece."""
+    chunk = np.array(shape.chunk_shape)
+    box = np.array(shape.box)
+    done = np.zeros(len(starts), dtype=bool)
+    if (
+        any(p is not None for p in shape.picks)
+        or (box > chunk).any()
+        or not len(starts)
+        or int(box.prod()) > CONTAINED_GATHER_MAX
+    ):
+        return done
+    first = starts // chunk
+    local = starts - first * chunk
+    one = (units >= 0).sum(axis=1) == 1
+    done = one & ~short & ((local + box) <= chunk).all(axis=1)
+    rows = np.flatnonzero(done)
+    if not len(rows):
+        return done
+    slot = slots[rows].max(axis=1)  # the one chunk's slot (the others are -1)
+    windows = np.lib.stride_tricks.sliding_window_view(
+        arena, tuple(shape.box), axis=tuple(range(1, arena.ndim))
+    )
+    boxes[rows] = windows[(slot, *local[rows].T)]
+    return done
 
 
 def _outer(index: list[Any]) -> tuple[Any, ...]:

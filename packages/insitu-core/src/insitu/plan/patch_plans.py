@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from insitu.arrays.coregistration import Scale, check_on_grid, index_scale
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import Segment
-from insitu.plan.patches import epoch_patches, plan_patches
-from insitu.plan.patches_elastic import PatchEpochSettings, elastic_patch_order
+from insitu.plan.patches import plan_patches
+from insitu.plan.patches_elastic import PatchEpochSettings, segment_order
 from insitu.plan.patches_order import PATCH_ORDER_VERSION
 from insitu.plan.patches_reads import patch_array_needs
 from insitu.plan.patches_regions import PatchSet
@@ -34,28 +37,54 @@ from insitu.plan.reads import EpochPlan
 from insitu.plan.splits import SplitManifest
 from insitu.plan.temporaries import without_hugepage_hint
 
-__all__ = ["PatchPlans", "check_patch_labels"]
+__all__ = ["ChunkMapping", "PatchPlans", "check_patch_labels", "scaled_reads"]
 
 
 def check_patch_labels(labels: Sequence[ArrayGeometry]) -> ArrayGeometry:
     """The reference array of a patch dataset (the first label, unshifted), after checking that
-    every sampled array lies on its grid: same shape and sample axis (chunkings may differ)."""
+    every sampled array lies on its grid: the same shape and sample axis, or a shape scaled by
+    the arrays' spacings (:mod:`insitu.arrays.coregistration`); chunkings may differ."""
     if not labels:
         raise ConfigError("patch sampling needs at least one array with the sample dimension")
     ref = labels[0].shift(-labels[0].offset)
     for g in labels[1:]:
-        if tuple(g.shape) != tuple(ref.shape) or g.sample_axis != ref.sample_axis:
+        scale = check_on_grid(ref, g)
+        scaled = any(k != 1 for k in scale)
+        if scaled and (g.selection is not None or ref.selection is not None):
             raise ConfigError(
-                f"array {g.name!r} (shape {tuple(g.shape)}, sample axis {g.sample_axis}) is not on the "
-                f"grid of {ref.name!r} (shape {tuple(ref.shape)}, sample axis {ref.sample_axis}); arrays "
-                "sampled together in patches must have the same shape (their chunkings may differ)"
+                f"array {g.name!r} is at another resolution than {ref.name!r}; selections on arrays at "
+                "other resolutions are not supported with patches: select on neither, or resample"
             )
-        if g.selection != ref.selection:
+        if not scaled and g.selection != ref.selection:
             raise ConfigError(
                 f"array {g.name!r} selects other indices than {ref.name!r}; arrays sampled together "
                 "in patches read the same box: give them the same selection"
             )
     return ref
+
+
+def scaled_reads(
+    grid: PatchGrid, reference: ArrayGeometry, geom: ArrayGeometry
+) -> tuple[Scale, tuple[int, ...]]:
+    """The index scale of ``geom`` and the box a patch of ``grid`` reads in it per axis (the
+    patch's size times the scale along a named axis, the whole axis along the others), after
+    refusing a patch size that is no whole number of ``geom``'s indices."""
+    scale = index_scale(reference, geom)
+    box = []
+    for d, (axis, k) in enumerate(zip(grid.axes, scale, strict=True)):
+        if k == 1:
+            box.append(axis.size)
+        elif d not in grid.named:
+            box.append(geom.shape[d])
+        elif (axis.size * k).denominator != 1:
+            raise ConfigError(
+                f"a patch of {axis.size} along axis {d} ({grid.dims[d]!r}) is {axis.size * k} indices of array "
+                f"{geom.name!r} at {k} of the resolution of {reference.name!r}: choose a size that is a "
+                f"multiple of {k.denominator}"
+            )
+        else:
+            box.append(int(axis.size * k))
+    return scale, tuple(box)
 
 
 class PatchPlans:
@@ -92,10 +121,11 @@ class PatchPlans:
         self.cells = None if by_range else (spatial or SpatialSplit.along_samples(manifest, self.reference))
         self.grid: PatchGrid = spec.resolve(self.reference, sample_span=anchors)
         self._offsets: dict[str, list[int]] = {}
-        self._chunks: dict[str, tuple[int, ...]] = {}
+        self._chunks: dict[str, ChunkMapping] = {}
         for g in self.labels:
+            scaled_reads(self.grid, self.reference, g)  # refuses a patch no whole number of its indices
             self._offsets.setdefault(g.path, []).append(g.offset)
-            self._chunks[g.path] = tuple(g.chunk_shape)
+            self._chunks[g.path] = ChunkMapping.of(self.reference, g)
         self._lock = threading.Lock()
         self._sets: dict[str, PatchSet] = {}
         self._plans: dict[tuple[tuple[object, ...], int], EpochPlan] = {}
@@ -198,29 +228,57 @@ class PatchPlans:
             uneven=self.sharding.uneven,
             batch_size=opts.batch_size,
         )
-        if resumed_from:
-            order = elastic_patch_order(patches, settings, resumed_from, rank=rank, world_size=world_size)
-        else:
-            order = epoch_patches(
-                patches,
-                self.spec,
-                epoch=epoch,
-                seed=opts.seed,
-                split=split,
-                shuffle=shuffle,
-                block_chunks=opts.block_chunks,
-                first_block_chunks=settings.first_block_chunks,
-                rank=rank,
-                world_size=world_size,
-                uneven=self.sharding.uneven,
-            )
+        order = segment_order(patches, settings, resumed_from, rank, world_size)
         arrays = {
-            path: patch_array_needs(order, self._chunks[path], offsets)
+            path: patch_array_needs(order, self._chunks[path].chunk_shape, offsets, self._chunks[path].mapper)
             for path, offsets in self._offsets.items()
         }
         n = order.n_patches
         n_batches = n // opts.batch_size if opts.drop_last else -(-n // opts.batch_size)
         return EpochPlan(order, opts.batch_size, n_batches, arrays)
+
+
+@dataclass(frozen=True)
+class ChunkMapping:
+    """An array's chunks seen from the reference's index space: its chunk shape in reference
+    indices, and (when the two grids differ in chunk count, a pyramid level rounded down) how a
+    chunk id of that grid maps onto the array's own chunk ids."""
+
+    chunk_shape: tuple[int, ...]
+    ref_grid: tuple[int, ...]
+    own_grid: tuple[int, ...]
+
+    @classmethod
+    def of(cls, reference: ArrayGeometry, geom: ArrayGeometry) -> ChunkMapping:
+        """The mapping of ``geom``'s chunks (refused, by name, when a chunk is no whole number of
+        reference indices)."""
+        scale = index_scale(reference, geom)
+        chunks = []
+        for d, (c, k) in enumerate(zip(geom.chunk_shape, scale, strict=True)):
+            in_ref = Fraction(c) / k
+            if in_ref.denominator != 1:
+                raise ConfigError(
+                    f"array {geom.name!r} has chunks of {c} along axis {d}, {in_ref} indices of {reference.name!r} "
+                    f"at its resolution ({k}); patches need chunks of a whole number of reference indices"
+                )
+            chunks.append(int(in_ref))
+        ref_grid = tuple(-(-n // c) for n, c in zip(reference.shape, chunks, strict=True))
+        own_grid = tuple(-(-n // c) for n, c in zip(geom.shape, geom.chunk_shape, strict=True))
+        return cls(tuple(chunks), ref_grid, own_grid)
+
+    @property
+    def mapper(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`to_array` where the grids differ; None where ids are the array's own already."""
+        return None if self.ref_grid == self.own_grid else self.to_array
+
+    def to_array(self, ids: np.ndarray) -> np.ndarray:
+        """Chunk ids of the reference-space grid as the array's own (the same when the grids agree;
+        a chunk past the array's last one, where the reference's length rounds up, is its last)."""
+        if self.ref_grid == self.own_grid:
+            return ids
+        coords = np.unravel_index(ids, self.ref_grid)
+        clipped = tuple(np.minimum(c, g - 1) for c, g in zip(coords, self.own_grid, strict=True))
+        return np.ravel_multi_index(clipped, self.own_grid).astype(np.int64)
 
 
 def _first_block_regions(patches: PatchSet, batch_size: int) -> int:

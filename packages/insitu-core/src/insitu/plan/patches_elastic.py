@@ -40,7 +40,7 @@ from insitu.plan.patches_order import PatchOrder, _rng, fit_entries
 from insitu.plan.patches_regions import PatchSet
 from insitu.plan.patches_spec import PatchSpec
 
-__all__ = ["PatchEpochSettings", "elastic_patch_order"]
+__all__ = ["PatchEpochSettings", "elastic_patch_order", "segment_order"]
 
 #: Keeps the permutation of a resumed segment's units apart from the epoch's other draws.
 _RESUME_WORD = 0x5E5
@@ -168,7 +168,7 @@ def _left_after(
     units: list[_Unit] = []
     template: PatchOrder | None = None
     for r, done in enumerate(last.batches_done):
-        order = _order(patches, settings, tuple(before), r, last.world_size)
+        order = segment_order(patches, settings, tuple(before), r, last.world_size)
         if template is None:
             template = order
         end = order.n_valid if order.n_valid >= 0 else order.n_patches
@@ -202,10 +202,11 @@ def _rest_of(order: PatchOrder, handed: int, end: int) -> list[_Unit]:
     return out
 
 
-def _order(
+def segment_order(
     patches: PatchSet, settings: PatchEpochSettings, history: tuple[Segment, ...], rank: int, world_size: int
 ) -> PatchOrder:
-    """Rank ``rank``'s order in the segment after ``history`` (the fresh epoch's when empty)."""
+    """Rank ``rank``'s order in the segment after ``history``: the fresh epoch's when ``history``
+    is empty, else its share of what the segments left."""
     if history:
         return elastic_patch_order(patches, settings, history, rank=rank, world_size=world_size)
     return epoch_patches(

@@ -22,7 +22,7 @@ pins more blocks at once, leaving less room to keep chunks).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,23 +72,33 @@ def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int
 
 
 def patch_array_needs(
-    order: PatchOrder, chunk_shape: Sequence[int], offsets: Sequence[int] = (0,)
+    order: PatchOrder,
+    chunk_shape: Sequence[int],
+    offsets: Sequence[int] = (0,),
+    to_array: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> ArrayNeeds:
     """Every block's chunks of one array, read by labels at ``offsets`` along the sample axis
     (``t2m`` and ``t2m+24`` share the array's chunks), as the engine's per-array needs: block
     ``b`` needs ``slabs[starts[b]:starts[b + 1]]``, here flat chunk ids, each once, with the next
     and previous block needing each (``None`` when no chunk is needed by two blocks). What
-    :class:`~insitu.engine.epoch.EpochRun` pins, loads and releases today for slabs."""
+    :class:`~insitu.engine.epoch.EpochRun` pins, loads and releases today for slabs.
+
+    ``to_array`` maps chunk ids of the ``chunk_shape`` grid over the reference's extent onto the
+    array's own (an array at another resolution whose chunk count rounds differently)."""
     per_offset = [block_chunk_needs(order, chunk_shape, off) for off in sorted(set(offsets))]
+    if to_array is not None:
+        per_offset = [Ragged(to_array(n.values), n.starts) for n in per_offset]
     values, starts = per_offset[0].values, per_offset[0].starts
     n_blocks = len(starts) - 1
     blocks = np.repeat(np.arange(n_blocks, dtype=np.int64), np.diff(starts))
-    if len(per_offset) > 1:  # the union per block
+    if len(per_offset) > 1 or to_array is not None:  # the union per block (a mapping may merge ids)
         values = np.concatenate([n.values for n in per_offset])
         blocks = np.concatenate([np.repeat(np.arange(n_blocks), np.diff(n.starts)) for n in per_offset])
         by_block = np.lexsort((values, blocks))
         values, blocks = values[by_block], blocks[by_block]
-        new = np.concatenate(([True], (values[1:] != values[:-1]) | (blocks[1:] != blocks[:-1])))
+        new = np.concatenate(([True], (values[1:] != values[:-1]) | (blocks[1:] != blocks[:-1])))[
+            : len(values)
+        ]
         values, blocks = values[new], blocks[new]
         starts = np.searchsorted(blocks, np.arange(n_blocks + 1, dtype=np.int64)).astype(np.int64)
     by_chunk = np.lexsort((blocks, values))
