@@ -34,6 +34,11 @@ _OWN_OPTIONS = ("patch", "patch_stride", "patch_edge", "patch_sampling", "patche
 class BatchGenerator:
     """xbatcher's ``BatchGenerator``, reading each stored chunk once per pass.
 
+    ``len(bg)`` is the number of batches; ``bg[i]`` the ``i``-th of the current epoch's order,
+    which iteration follows too. ``bg.dataset`` is the :class:`~insitu.InSituDataset` reading
+    the boxes (``bg.dataset.stats`` counts decoded chunks). Close it (or use ``with``) to release
+    the engine's threads at a known point.
+
     Parameters
     ----------
     ds
@@ -70,10 +75,6 @@ class BatchGenerator:
         Other keywords of :class:`~insitu.InSituDataset` (``cache_budget_bytes``,
         ``block_chunks``, ``decode_threads``...); the patch options and ``batch_size`` are set here.
 
-    ``len(bg)`` is the number of batches; ``bg[i]`` the ``i``-th of the current epoch's order,
-    which iteration follows too. ``bg.dataset`` is the :class:`~insitu.InSituDataset` reading
-    the boxes (``bg.dataset.stats`` counts decoded chunks). Close it (or use ``with``) to release
-    the engine's threads at a known point.
     """
 
     def __init__(
