@@ -42,9 +42,11 @@ N_CHUNKS = 3 * 3 * 2 * 2  # three variables
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(7)
     path = tmp_path_factory.mktemp("xb") / "era.zarr"
+    t2m = (280 + 10 * rng.standard_normal(SHAPE)).astype("float32")
+    t2m[2, 5:9, 30:] = np.nan  # stored as the _FillValue of the packed integers
     ds = xr.Dataset(
         {
-            "t2m": (("time", "lat", "lon"), rng.standard_normal(SHAPE).astype("float32"), {"units": "K"}),
+            "t2m": (("time", "lat", "lon"), t2m, {"units": "K"}),
             "u10": (("time", "lat", "lon"), rng.standard_normal(SHAPE)),
             "cls": (("time", "lat", "lon"), rng.integers(0, 9, SHAPE).astype("int16")),
         },
@@ -56,7 +58,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         },
         attrs={"title": "drop-in test"},
     )
-    ds.to_zarr(path, encoding={v: {"chunks": CHUNKS} for v in ds.data_vars})
+    encoding = {v: {"chunks": CHUNKS} for v in ds.data_vars}
+    # Packed as CF int16: xarray decodes it to float64, and so does the drop-in (bit for bit).
+    encoding["t2m"] |= {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32767}
+    ds.to_zarr(path, encoding=encoding)
     return path
 
 
@@ -127,6 +132,7 @@ def test_a_dataarray_gives_the_batches_xbatcher_gives(store: Path) -> None:
     with BatchGenerator(xr.open_zarr(store).t2m, **kwargs) as bg:
         got = list(bg)
     assert all(isinstance(b, xr.DataArray) for b in got)
+    assert got[0].dtype == np.float64  # packed int16, decoded as xarray decodes it
     assert_same_batches(got, want)
 
 
@@ -290,12 +296,12 @@ def test_edges_other_than_xbatchers(store: Path) -> None:
     assert len(shifted) == 3 * 3
     assert -60.0 in {float(b.lat[-1]) for b in shifted}  # the last pieces end at the edge
     assert 350.0 in {float(b.lon[-1]) for b in shifted}
-    assert all(b.t2m.shape == (12, 10, 16) for b in shifted)
+    assert all(b.u10.shape == (12, 10, 16) for b in shifted)
     with ours(store, edge="pad", **kwargs) as bg:
         padded = list(bg)
     assert len(padded) == 3 * 3
     last = next(b for b in padded if np.isnan(b.lat.values).any() and np.isnan(b.lon.values).any())
     assert int(np.isfinite(last.lat.values).sum()) == 4
     assert int(np.isfinite(last.lon.values).sum()) == 4
-    assert np.isnan(last.t2m.values[:, 4:, :]).all()
-    assert np.isfinite(last.t2m.values[:, :4, :4]).all()
+    assert np.isnan(last.u10.values[:, 4:, :]).all()
+    assert np.isfinite(last.u10.values[:, :4, :4]).all()

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from insitu.arrays.cf import cf_transform_for
+from insitu.arrays.geometry import ArrayGeometry
 from insitu.batch import Batch
 from insitu.dataset import InSituDataset
 from insitu.errors import ConfigError
@@ -302,11 +304,14 @@ def _open(
     # One cell over the whole array: every box is in the one split, whatever its extent in time.
     n_chunks = -(-ref.shape[ref.sample_axis] // ref.chunk_shape[ref.sample_axis])
     split = split_by_region(ref, (1.0,), dims=[ref.sample_axis], cell_chunks=n_chunks, names=["train"])
+    decoding: dict[str, Any] = {}
+    if "cf_decode" not in options and "chunk_transforms" not in options:
+        decoding = _decoded_as_xarray(ds, geoms, cf_decode)
     dataset = InSituDataset(
         store,
         split,
         geoms,
-        cf_decode=cf_decode,
+        **({"cf_decode": cf_decode} | decoding),
         batch_size=1,
         patch=patch,
         patch_stride=stride,
@@ -316,3 +321,23 @@ def _open(
         **options,
     )
     return dataset, axes
+
+
+def _decoded_as_xarray(
+    ds: Any, geoms: Mapping[str, ArrayGeometry], cf_decode: Mapping[str, bool]
+) -> dict[str, Any]:
+    """``cf_decode`` and ``chunk_transforms`` that decode CF-packed variables to the dtype xarray
+    gives them, as xbatcher's batches hold them (xarray: float64 for packed integers; insitu's
+    default: float32 up to 16 bits)."""
+    variables = ds.data_vars if hasattr(ds, "data_vars") else {ds.name: ds}
+    decode = dict(cf_decode)
+    transforms = {}
+    for label, geom in geoms.items():
+        want = np.dtype(variables[label].dtype)
+        if not decode.get(geom.name) or want.kind != "f":
+            continue
+        decoder = cf_transform_for(geom.metadata, name=geom.name, dtype=want)
+        if decoder is not None:
+            decode[geom.name] = False
+            transforms[geom.name] = [decoder]
+    return {"cf_decode": decode, "chunk_transforms": transforms} if transforms else {}
