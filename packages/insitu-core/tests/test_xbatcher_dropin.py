@@ -126,6 +126,18 @@ def test_the_same_batches_as_xbatcher(store: Path, name: str) -> None:
     assert_same_batches(got, want)
 
 
+def test_a_dimension_in_both_input_and_batch_dims_warns_as_xbatcher_does(store: Path) -> None:
+    kwargs = dict(input_dims={"lat": 6, "lon": 9}, batch_dims={"lat": 12, "time": 6})
+    with pytest.warns(UserWarning, match="batch_dims"):
+        want = theirs(store, **kwargs)
+    with (
+        pytest.warns(UserWarning, match=r"\{'lat': 12\}.*input_dims and batch_dims"),
+        ours(store, **kwargs) as bg,
+    ):
+        got = list(bg)
+    assert_same_batches(got, want)
+
+
 def test_a_dataarray_gives_the_batches_xbatcher_gives(store: Path) -> None:
     kwargs = dict(input_dims={"lat": 6, "lon": 6}, batch_dims={"time": 6})
     want = list(xbatcher.BatchGenerator(xr.open_zarr(store).t2m, **kwargs))

@@ -140,7 +140,7 @@ class BatchGenerator:
             for batch in passing:
                 i = order.position[batch.index]
                 if i >= 0:
-                    yield self._to_xarray(batch, order.batches[i])
+                    yield self._to_xarray(batch, order.which(i))
         finally:
             passing.close()
 
@@ -152,7 +152,7 @@ class BatchGenerator:
         i = int(idx) + n if idx < 0 else int(idx)
         if not 0 <= i < n:
             raise IndexError(f"batch index {idx} is out of range for {n} batches")
-        return self._to_xarray(self._engine_batch(int(order.engine_index[i])), order.batches[i])
+        return self._to_xarray(self._engine_batch(int(order.engine_index[i])), order.which(i))
 
     # -- insitu's additions ----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -233,12 +233,16 @@ class BatchGenerator:
 @dataclass(frozen=True)
 class _Order:
     """One epoch's batches: the engine batch of each (``engine_index``), the batch index per sliced
-    dimension of each (``batches``; None for a box that is a batch on its own), and per engine
-    batch its position among them (``position``; -1 for a box that is no batch)."""
+    dimension of each (``batches``, one row each; None when each box is a batch on its own), and
+    per engine batch its position among them (``position``; -1 for a box that is no batch)."""
 
     engine_index: np.ndarray
-    batches: list[tuple[int, ...] | None]
+    batches: np.ndarray | None
     position: np.ndarray
+
+    def which(self, i: int) -> tuple[int, ...] | None:
+        """Batch ``i``'s index per sliced dimension (None: its box is the batch)."""
+        return None if self.batches is None else tuple(int(k) for k in self.batches[i])
 
 
 @dataclass
@@ -254,7 +258,7 @@ def _order_of(layout: BatchLayout, starts: Mapping[str, np.ndarray], n: int, *, 
     """The batches among ``n`` boxes starting at ``starts`` (per dimension, in the engine's order)."""
     if every:  # each box a batch, wherever the edge policy put it
         index = np.arange(n, dtype=np.int64)
-        batches: list[tuple[int, ...] | None] = [None] * n
+        batches = None
     else:
         keep = np.ones(n, dtype=bool)
         ks = []
@@ -263,7 +267,7 @@ def _order_of(layout: BatchLayout, starts: Mapping[str, np.ndarray], n: int, *, 
             keep &= (off == 0) & (k < d.batches)
             ks.append(k)
         index = np.flatnonzero(keep)
-        batches = [tuple(int(k[j]) for k in ks) for j in index]
+        batches = np.stack(ks, axis=1)[index] if ks else np.zeros((len(index), 0), dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
     position[index] = np.arange(len(index))
     return _Order(index, batches, position)
