@@ -122,7 +122,7 @@ def test_the_same_batches_as_xbatcher(store: Path, name: str) -> None:
         warnings.simplefilter("error")  # the drop-in itself warns of nothing
         with ours(store, **kwargs) as bg:
             got = list(bg)
-    assert len(got) == len(want)
+    assert len(got) == len(want) == bg.layout.n_batches
     assert_same_batches(got, want)
 
 

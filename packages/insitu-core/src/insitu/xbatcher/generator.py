@@ -282,9 +282,19 @@ def _open(
     sampled = [g for g in geoms.values() if not g.static]
     if not sampled:
         raise ConfigError("no data variable has the leading dimension; every one is static")
+    variables = ds.data_vars if hasattr(ds, "data_vars") else {ds.name: ds}
+    for label, geom in geoms.items():
+        # Pieces are cut from the engine's arrays by the variables' dimensions, in stored order.
+        stored = tuple(geom.dimension_names or ())
+        kept = tuple(n for a, n in enumerate(stored) if (c := geom.axis_selection(a)) is None or c.keep)
+        if tuple(map(str, variables[label].dims)) != kept:
+            raise ConfigError(
+                f"variable {label!r} has dimensions {tuple(variables[label].dims)} where its Zarr array "
+                f"has {kept}; pass the variables in their stored order (not transposed after opening)"
+            )
     ref = sampled[0]
     names = ref.dimension_names or ()
-    dims = [str(d) for d in (ds[ref.label] if hasattr(ds, "data_vars") else ds).dims]
+    dims = [str(d) for d in variables[ref.label].dims]
     missing = [d.dim for d in layout.dims if d.dim not in dims]
     if missing:
         raise ConfigError(

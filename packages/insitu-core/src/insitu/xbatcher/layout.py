@@ -81,17 +81,6 @@ class BatchLayout:
         """How many batches xbatcher makes."""
         return math.prod(d.batches for d in self.dims)
 
-    def batch_of(self, starts: Mapping[str, int]) -> tuple[int, ...] | None:
-        """The batch index per sliced dimension of the box starting at ``starts`` (element indices
-        from the dimension's first), or None for a box past the last batch."""
-        found = []
-        for d in self.dims:
-            k, off = divmod(starts[d.dim], d.box_stride)
-            if off or k >= d.batches:
-                return None
-            found.append(k)
-        return tuple(found)
-
     def pieces_of(self, batch: tuple[int, ...]) -> list[dict[str, int]]:
         """The first element of each piece of ``batch`` per sliced dimension, in xbatcher's order
         (C order over the sliced dimensions)."""
@@ -114,10 +103,10 @@ def plan_batches(
     Bad arguments raise what xbatcher raises for them: ``KeyError`` for a dimension the data lacks,
     ``ValueError`` for a size past the dimension or an overlap not below the size, ``TypeError``
     for a size or overlap that is not an integer, each naming the value. With
-    ``concat_input_dims``, a ``batch_dims`` length on an input dimension that leaves a batch
-    without a piece (xbatcher fails reading that batch) or is not a positive integer at most the
-    dimension's length is a ``ValueError`` up front. A dimension in both ``input_dims`` and
-    ``batch_dims`` without ``concat_input_dims`` is left to ``input_dims``, with xbatcher's warning.
+    ``concat_input_dims``, a ``batch_dims`` length on an input dimension that is below 1, longer
+    than the dimension, or leaves a batch without a piece (xbatcher fails reading that batch) is a
+    ``ValueError`` when planned. A dimension in both ``input_dims`` and ``batch_dims`` without
+    ``concat_input_dims`` is left to ``input_dims``, with xbatcher's warning.
     """
     inputs = _dims_mapping("input_dims", input_dims)
     batches = _dims_mapping("batch_dims", {} if batch_dims is None else batch_dims)
