@@ -11,47 +11,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from insitu.plan.patches_spec import AxisPositions
 from insitu.stitch import taper_window
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # docs/img: the shared SVG writer
+from svg import Svg  # noqa: E402
 
 # The palette of docs/img/patches.
 INK, NOTE, BLUE, ORANGE, RED, GREEN = "#1a237e", "#555", "#5c6bc0", "#ffb300", "#e53935", "#43a047"
 COLOURS = (BLUE, ORANGE, RED, GREEN)
-
-
-class Svg:
-    """An SVG document built element by element."""
-
-    def __init__(self, width: int, height: int, title: str) -> None:
-        self.width, self.height = width, height
-        self.parts = [f"  <title>{escape(title)}</title>"]
-
-    def add(self, element: str) -> None:
-        self.parts.append("  " + element)
-
-    def rect(self, x: float, y: float, w: float, h: float, **style: object) -> None:
-        self.add(f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}"{_attrs(style)}/>')
-
-    def line(self, x1: float, y1: float, x2: float, y2: float, **style: object) -> None:
-        self.add(f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}"{_attrs(style)}/>')
-
-    def text(self, x: float, y: float, words: str, **style: object) -> None:
-        self.add(f'<text x="{x:g}" y="{y:g}"{_attrs(style)}>{escape(words)}</text>')
-
-    def render(self) -> str:
-        head = (
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width} {self.height}" '
-            'font-family="sans-serif" font-size="13">'
-        )
-        return "\n".join([head, *self.parts, "</svg>", ""])
-
-
-def _attrs(style: dict[str, object]) -> str:
-    return "".join(f' {k.rstrip("_").replace("_", "-")}="{v}"' for k, v in style.items())
 
 
 def blend() -> str:

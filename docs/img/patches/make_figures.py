@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 import numpy as np
 
@@ -20,60 +19,13 @@ from insitu.plan.patches import PatchSpec, block_chunk_needs, epoch_patches, pla
 from insitu.plan.patches_spec import AxisPositions
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # docs/img: the shared SVG writer
+from svg import Svg  # noqa: E402
 
 # The palette of docs/img/concepts.
 INK, NOTE, GRID = "#1a237e", "#555", "#c5cae9"
 BLUE, LIGHT, ORANGE, RED, GREEN = "#5c6bc0", "#e8eaf6", "#ffb300", "#e53935", "#43a047"
 SHADES = ("#c5cae9", "#9fa8da")  # neighbouring blocks alternate
-
-
-class Svg:
-    """An SVG document built element by element."""
-
-    def __init__(self, width: int, height: int, title: str) -> None:
-        self.width, self.height = width, height
-        self.parts = [f"  <title>{escape(title)}</title>"]
-
-    def add(self, element: str) -> None:
-        self.parts.append("  " + element)
-
-    def rect(self, x: float, y: float, w: float, h: float, **style: object) -> None:
-        self.add(f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}"{_attrs(style)}/>')
-
-    def line(self, x1: float, y1: float, x2: float, y2: float, **style: object) -> None:
-        self.add(f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}"{_attrs(style)}/>')
-
-    def circle(self, x: float, y: float, r: float, **style: object) -> None:
-        self.add(f'<circle cx="{x:g}" cy="{y:g}" r="{r:g}"{_attrs(style)}/>')
-
-    def text(self, x: float, y: float, words: str, **style: object) -> None:
-        self.add(f'<text x="{x:g}" y="{y:g}"{_attrs(style)}>{escape(words)}</text>')
-
-    def notes(self, x: float, y: float, lines: list[str], step: float = 20) -> None:
-        """Grey lines of text; a line's leading spaces indent it (SVG collapses them)."""
-        for i, line in enumerate(lines):
-            indent = len(line) - len(line.lstrip(" "))
-            if line.strip():
-                self.text(x + 6 * indent, y + step * i, line.strip(), fill=NOTE, font_size=12)
-
-    def hatch(self, name: str, colour: str) -> None:
-        """A diagonal hatch pattern, used as ``fill="url(#name)"``."""
-        self.add(
-            f'<defs><pattern id="{name}" width="6" height="6" patternUnits="userSpaceOnUse" '
-            f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff"/>'
-            f'<line x1="0" y1="0" x2="0" y2="6" stroke="{colour}" stroke-width="2.5"/></pattern></defs>'
-        )
-
-    def render(self) -> str:
-        head = (
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width} {self.height}" '
-            'font-family="sans-serif" font-size="13">'
-        )
-        return "\n".join([head, *self.parts, "</svg>", ""])
-
-
-def _attrs(style: dict[str, object]) -> str:
-    return "".join(f' {k.rstrip("_").replace("_", "-")}="{v}"' for k, v in style.items())
 
 
 def _raster(shape: tuple[int, int], chunks: tuple[int, int]) -> ArrayGeometry:
