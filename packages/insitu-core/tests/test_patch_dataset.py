@@ -15,29 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from conftest import write_array
 
 import insitu
 from insitu.errors import ConfigError
-
-
-def _write(path: Path, name: str, data: np.ndarray, chunks: tuple[int, ...], dims: tuple[str, ...]) -> None:
-    z = zarr.open_array(
-        str(path),
-        path=name,
-        mode="w",
-        shape=data.shape,
-        chunks=chunks,
-        dtype=data.dtype,
-        dimension_names=dims,
-    )
-    z[:] = data
 
 
 def _store(tmp_path: Path, arrays: dict[str, tuple[np.ndarray, tuple[int, ...], tuple[str, ...]]]) -> Any:
     root = tmp_path / "data.zarr"
     zarr.open_group(str(root), mode="w")
     for name, (data, chunks, dims) in arrays.items():
-        _write(root, name, data, chunks, dims)
+        write_array(root, name, data, chunks, dimension_names=dims)
     return insitu.open_store(str(root))
 
 
@@ -163,16 +151,7 @@ def test_edges_are_a_policy(tmp_path: Path) -> None:
 def test_padded_integers_take_the_fill_value(tmp_path: Path) -> None:
     src = np.arange(60, dtype=np.int16).reshape(1, 6, 10)
     root = tmp_path / "i.zarr"
-    z = zarr.open_array(
-        str(root),
-        mode="w",
-        shape=src.shape,
-        chunks=(1, 4, 4),
-        dtype="i2",
-        fill_value=-7,
-        dimension_names=("t", "y", "x"),
-    )
-    z[:] = src
+    write_array(root, "i", src, (1, 4, 4), fill_value=-7, dimension_names=("t", "y", "x"))
     store = insitu.open_store(str(root))
     g = next(iter(insitu.open_geometries(store).values()))
     manifest = insitu.split_by_chunk(g, fractions=(1.0,), names=("train",))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import zarr
+from conftest import write_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,15 +125,7 @@ def test_a_state_past_the_old_ranks_order_is_refused() -> None:
 
 def test_states_of_two_ranks_resume_on_three_with_the_source_values(tmp_path: Path) -> None:
     src = np.random.default_rng(1).standard_normal((4, 48, 48)).astype("float32")
-    z = zarr.open_array(
-        str(tmp_path / "e.zarr"),
-        mode="w",
-        shape=src.shape,
-        chunks=(1, 16, 16),
-        dtype="f4",
-        dimension_names=("t", "y", "x"),
-    )
-    z[:] = src
+    write_array(tmp_path / "e.zarr", "e", src, (1, 16, 16), dimension_names=("t", "y", "x"))
     store = insitu.open_store(str(tmp_path / "e.zarr"))
     (geom,) = insitu.open_geometries(store).values()
     manifest = insitu.split_by_chunk(geom, fractions=(1.0,), names=("train",))

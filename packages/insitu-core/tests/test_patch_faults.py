@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import zarr
+from conftest import write_array
 from zarr.storage import LocalStore
 
 import insitu
@@ -23,15 +23,7 @@ SRC = np.random.default_rng(3).standard_normal((4, 48, 48)).astype("float32")
 def _dataset(tmp_path: Path, plan: FaultPlan, **kwargs: Any) -> insitu.InSituDataset:
     path = tmp_path / "f.zarr"
     if not path.exists():
-        z = zarr.open_array(
-            str(path),
-            mode="w",
-            shape=SRC.shape,
-            chunks=(1, 16, 16),
-            dtype="f4",
-            dimension_names=("t", "y", "x"),
-        )
-        z[:] = SRC
+        write_array(path, "f", SRC, (1, 16, 16), dimension_names=("t", "y", "x"))
     store = FaultInjectingStore(LocalStore(str(path), read_only=True), plan)
     (geom,) = insitu.open_geometries(store).values()
     manifest = insitu.split_by_chunk(geom, fractions=(1.0,), names=("train",))
@@ -53,8 +45,8 @@ def test_flaky_reads_are_retried_and_every_patch_is_right(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("policy", ["raise", "nan", "skip"])
 def test_a_refused_chunk_fails_the_pass_naming_it(tmp_path: Path, policy: str) -> None:
-    ds = _dataset(tmp_path, FaultPlan(forbidden_keys=("c/2/1/1",)), on_bad_chunk=policy)
-    with pytest.raises(StoreUnavailableError, match="c/2/1/1"):
+    ds = _dataset(tmp_path, FaultPlan(forbidden_keys=("f/c/2/1/1",)), on_bad_chunk=policy)
+    with pytest.raises(StoreUnavailableError, match="f/c/2/1/1"):
         for _ in ds.train:
             pass
 

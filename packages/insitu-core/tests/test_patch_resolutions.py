@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from conftest import write_array
 
 import insitu
 from insitu.errors import ConfigError
@@ -19,16 +20,7 @@ def _group(tmp_path: Path, arrays: dict[str, tuple[np.ndarray, tuple[int, ...]]]
     root = tmp_path / "img.zarr"
     zarr.open_group(str(root), mode="w")
     for name, (data, chunks) in arrays.items():
-        z = zarr.open_array(
-            str(root),
-            path=name,
-            mode="w",
-            shape=data.shape,
-            chunks=chunks,
-            dtype=data.dtype,
-            dimension_names=("z", "y", "x"),
-        )
-        z[:] = data
+        write_array(root, name, data, chunks, dimension_names=("z", "y", "x"))
     return insitu.open_store(str(root))
 
 
