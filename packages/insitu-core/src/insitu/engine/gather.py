@@ -18,7 +18,7 @@ import numpy as np
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
 from insitu.arrays.transform_config import transforms_from_config
-from insitu.batch import Batch
+from insitu.batch import Batch, BatchPatches
 from insitu.engine.buffers import BufferPool
 from insitu.engine.pool import ChunkPool
 from insitu.errors import ConfigError
@@ -161,9 +161,24 @@ class Gatherer:
             reads[g.label] = anchors + g.offset
         for label, value in self.statics.items():
             data[label] = value.copy()  # resident once; each batch gets its own, free to modify
+        return self.finish(data, anchors.copy(), reads, valid, split=split, epoch=epoch, index=index)
+
+    def finish(
+        self,
+        data: dict[str, np.ndarray],
+        anchors: np.ndarray,
+        reads: dict[str, np.ndarray],
+        valid: np.ndarray | None,
+        *,
+        split: str,
+        epoch: int,
+        index: int,
+        patches: BatchPatches | None = None,
+    ) -> Batch:
+        """The :class:`Batch` of gathered ``data``, with its provenance, batch transforms applied."""
         batch = Batch(
             data,
-            anchors.copy(),
+            anchors,
             reads,
             split,
             epoch,
@@ -171,6 +186,7 @@ class Gatherer:
             valid,
             sample_dim=self.sample_dim,
             sample_coord=self.sample_coord,
+            patches=patches,
         )
         for t in self.batch_transforms:
             batch = t(batch)

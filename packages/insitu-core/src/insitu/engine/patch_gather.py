@@ -238,32 +238,17 @@ class PatchGatherer(Gatherer):
                 data[label] = value.copy()  # resident once; each batch gets its own
             else:
                 data[label] = _crop_static(value[0], axes, self.grid.patch_shape, origins)
-        batch = Batch(
-            data,
-            sample.copy(),
-            reads,
-            split,
-            epoch,
-            index,
-            valid,
-            sample_dim=self.sample_dim,
-            sample_coord=self.sample_coord,
-            patches=BatchPatches(
-                origins.copy(),
-                self.grid.patch_shape,
-                self.grid.delivered_axes,
-                None if extent is None else extent.copy(),
-                self.patch_coords,
-                {
-                    label: shape.scale
-                    for label, shape in self.shapes.items()
-                    if any(k != 1 for k in shape.scale)
-                },
-            ),
+        patches = BatchPatches(
+            origins.copy(),
+            self.grid.patch_shape,
+            self.grid.delivered_axes,
+            None if extent is None else extent.copy(),
+            self.patch_coords,
+            {label: shape.scale for label, shape in self.shapes.items() if any(k != 1 for k in shape.scale)},
         )
-        for t in self.batch_transforms:
-            batch = t(batch)
-        return batch
+        return self.finish(
+            data, sample.copy(), reads, valid, split=split, epoch=epoch, index=index, patches=patches
+        )
 
     def static_shape(self, label: str) -> tuple[int, ...]:
         """A static field on the patch's dimensions is cropped to the patch; others come whole."""
