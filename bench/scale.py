@@ -80,6 +80,17 @@ TARGET_S = 2.0
 TARGET_MB = 500.0
 
 
+def write_record(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The measured rows as JSON at ``path``, with the command that made them (paths portable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    path.write_text(json.dumps(record, indent=1))
+
+
 def _status_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -242,13 +253,7 @@ def run_patches(args: argparse.Namespace) -> None:
                 f"{side:>7} {args.patch:>5} {world:>5} {row['positions']:>10} {row['construct_s']:>8.2f} "
                 f"{row['first_batch_s']:>11.3f} {row['peak_MB']:>8.0f}"
             )
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    (args.out / "scale-patches.json").write_text(json.dumps(record, indent=1))
+    write_record(args.out / "scale-patches.json", rows)
 
 
 def make_group(work: Path, n_arrays: int) -> str:
@@ -291,13 +296,7 @@ def run_arrays(args: argparse.Namespace) -> None:
         row = json.loads(done.stdout.splitlines()[-1])
         rows.append(row)
         print(f"{n:>7} {row['open_s']:>7.2f} {row['construct_s']:>8.2f} {row['first_batch_s']:>11.3f}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    (args.out / "scale-arrays.json").write_text(json.dumps(record, indent=1))
+    write_record(args.out / "scale-arrays.json", rows)
 
 
 def make_store(work: Path, n: int) -> str:
@@ -398,13 +397,7 @@ def main() -> None:
             f"\n{max(args.chunks)} chunks: setup {worst_s:.2f} s (target {TARGET_S} s), "
             f"peak {worst_mb:.0f} MB beyond the interpreter (target {TARGET_MB:.0f} MB)"
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": portable_paths(" ".join(["python bench/scale.py", *sys.argv[1:]])),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    (args.out / "scale.json").write_text(json.dumps(record, indent=1))
+    write_record(args.out / "scale.json", rows)
 
 
 if __name__ == "__main__":
