@@ -28,6 +28,13 @@ BLUE, LIGHT, ORANGE, RED, GREEN = "#5c6bc0", "#e8eaf6", "#ffb300", "#e53935", "#
 SHADES = ("#c5cae9", "#9fa8da")  # neighbouring blocks alternate
 
 
+def _outline(
+    svg: Svg, at: tuple[float, float], tile: tuple[int, ...], c: float, stroke: str, width: float
+) -> None:
+    """The border of one block of ``tile`` regions of ``c`` pixels, its corner at ``at``."""
+    svg.rect(at[0], at[1], tile[1] * c, tile[0] * c, fill="none", stroke=stroke, stroke_width=width)
+
+
 def _raster(shape: tuple[int, int], chunks: tuple[int, int]) -> ArrayGeometry:
     """A small 2-D array (y, x): only its geometry is needed, never its data."""
     return ArrayGeometry(
@@ -184,15 +191,7 @@ def regions() -> str:
         for by in range(-(-n_cy // tile[0])):
             for bx in range(per_x):
                 block = by * per_x + bx
-                svg.rect(
-                    x0 + bx * tile[1] * c,
-                    y0 + by * tile[0] * c,
-                    tile[1] * c,
-                    tile[0] * c,
-                    fill="none",
-                    stroke="#fff",
-                    stroke_width=3,
-                )
+                _outline(svg, (x0 + bx * tile[1] * c, y0 + by * tile[0] * c), tile, c, "#fff", 3)
                 svg.text(
                     x0 + (bx * tile[1] + 0.5) * c,
                     y0 + (by * tile[0] + 0.5) * c + 5,
@@ -203,15 +202,7 @@ def regions() -> str:
                 )
         if epoch == 0:  # the first block, and one of its patches reading into the next chunks
             by, bx = divmod(first, per_x)
-            svg.rect(
-                x0 + bx * tile[1] * c,
-                y0 + by * tile[0] * c,
-                tile[1] * c,
-                tile[0] * c,
-                fill="none",
-                stroke=RED,
-                stroke_width=2.5,
-            )
+            _outline(svg, (x0 + bx * tile[1] * c, y0 + by * tile[0] * c), tile, c, RED, 2.5)
             oy, ox = (by * tile[0] + 1) * chunks[0], (bx * tile[1] + 1) * chunks[1]  # its last region
             svg.rect(
                 x0 + ox * px,
