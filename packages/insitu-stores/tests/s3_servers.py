@@ -143,6 +143,12 @@ class Fault:
     hits: int = 0
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: a pass that opens more connections at once than
+    # that has the rest wait for a SYN retry (one second), which is no fault a test asked for.
+    request_queue_size = 128
+
+
 @dataclass
 class FaultProxy:
     """A loopback HTTP proxy to ``upstream`` that injects :class:`Fault` s."""
@@ -150,6 +156,7 @@ class FaultProxy:
     upstream: str
     faults: list[Fault] = field(default_factory=list)
     seen: list[tuple[str, str]] = field(default_factory=list)
+    answered: list[tuple[str, str]] = field(default_factory=list)  # responses written in full
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -195,6 +202,9 @@ class FaultProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(payload)
+                self.wfile.flush()
+                with proxy._lock:
+                    proxy.answered.append((self.command, self.path))
                 conn.close()
                 return None
 
@@ -213,7 +223,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _ProxyServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fault-proxy", daemon=True)
@@ -232,6 +242,11 @@ class FaultProxy:
         """How many requests whose path contains ``path`` reached the proxy."""
         with self._lock:
             return sum(1 for _, p in self.seen if path in p)
+
+    def answers_to(self, path: str) -> int:
+        """How many responses to requests whose path contains ``path`` were written in full."""
+        with self._lock:
+            return sum(1 for _, p in self.answered if path in p)
 
     def stop(self) -> None:
         self._httpd.shutdown()

@@ -18,8 +18,10 @@ The names fall in five groups:
 - errors and vocabulary: ``ConfigError``, ``InSituError``, ``RetryPolicy``,
   ``Progress`` and ``track``;
 - stores: ``open_store``, URL redaction (``redact_url``, ``redact_text``,
-  ``url_secrets``), and the command-line store arguments
-  (``add_store_arguments``, ``open_store_from_args``);
+  ``url_secrets``), the command-line store arguments
+  (``add_store_arguments``, ``open_store_from_args``), and ``native_call``
+  (await a request a native runtime serves, so the interpreter's exit waits
+  for it);
 - arrays and chunk transforms: ``ArrayGeometry``, ``open_geometries``, the
   chunk-transform contract (``SlabSpec``, ``DeclaresOutput``, ``output_spec``,
   ``transform_output``, ``chain_runner``, ``describe``,
@@ -75,6 +77,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
     from insitu.plugins.registry import LazyObject
     from insitu.progress import Progress, track
     from insitu.sources import BatchedView, ShardableView, require_batched_view, require_shardable_view
+    from insitu.store.native_calls import native_call
     from insitu.store.opener import open_store, redact_text, redact_url, url_secrets
     from insitu.store.retry import RetryPolicy
     from insitu.views import DatasetView
@@ -110,6 +113,7 @@ _DEFINED_IN: dict[str, str] = {
     "hookimpl": "insitu.plugins.hookspecs",
     "is_integer": "insitu.arrays.geometry",
     "is_periodic_longitude": "insitu.arrays.selection",
+    "native_call": "insitu.store.native_calls",
     "open_geometries": "insitu.arrays.discovery",
     "open_store": "insitu.store.opener",
     "open_store_from_args": "insitu.cli.common",
@@ -156,6 +160,7 @@ __all__ = [
     "hookimpl",
     "is_integer",
     "is_periodic_longitude",
+    "native_call",
     "open_geometries",
     "open_store",
     "open_store_from_args",

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
-from insitu.plugin_api import RetryPolicy, redact_url
+from insitu.plugin_api import RetryPolicy, native_call, redact_url
 from insitu_stores.errors import (
     Redactor,
     StoreError,
@@ -375,7 +375,7 @@ class IcechunkReadStore(Store):
 
         async def op() -> Buffer | None:
             try:
-                return await self.store.get(key, prototype, byte_range)
+                return await native_call(self.store.get(key, prototype, byte_range))
             except Exception as exc:
                 if _INVALID_KEY.search(str(exc)) and not _UNAUTHORISED.search(str(exc)):
                     return None  # not a key a Zarr v3 hierarchy can hold: missing
@@ -394,7 +394,7 @@ class IcechunkReadStore(Store):
 
         async def op() -> bool:
             try:
-                return bool(await self.store.exists(key))
+                return bool(await native_call(self.store.exists(key)))
             except Exception as exc:
                 if _INVALID_KEY.search(str(exc)):
                     return False

@@ -36,6 +36,7 @@ obstore's reason, which nothing retries again (obstore already did).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -56,7 +57,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.storage import ObjectStore
 
-from insitu.plugin_api import ConfigError, RetryPolicy, redact_url
+from insitu.plugin_api import ConfigError, RetryPolicy, native_call, redact_url
 from insitu_stores.cloud import (
     CloudSetup,
     allow_http_hint,
@@ -530,7 +531,7 @@ class ObstoreStore(ObjectStore):
 
         async def head() -> str | None:
             try:
-                meta = await obs.head_async(self.store, key)
+                meta = await native_call(obs.head_async(self.store, key))
             except FileNotFoundError as exc:
                 self._raise_if_bucket_missing(exc)
                 return None
@@ -587,7 +588,7 @@ class ObstoreStore(ObjectStore):
 
         async def head() -> bool:
             try:
-                await obs.head_async(self.store, key)
+                await native_call(obs.head_async(self.store, key))
             except FileNotFoundError:
                 return False
             return True
@@ -619,8 +620,10 @@ class ObstoreStore(ObjectStore):
         async def op() -> list[Any] | None:
             try:
                 return list(
-                    await obs.get_ranges_async(
-                        self.store, key, starts=[r[0] for r in ranges], ends=[r[1] for r in ranges]
+                    await native_call(
+                        obs.get_ranges_async(
+                            self.store, key, starts=[r[0] for r in ranges], ends=[r[1] for r in ranges]
+                        )
                     )
                 )
             except FileNotFoundError as exc:
@@ -634,23 +637,27 @@ class ObstoreStore(ObjectStore):
 
         try:
             if byte_range is None:
-                resp = await obs.get_async(self.store, key)
-                return await resp.bytes_async()
+                resp = await native_call(obs.get_async(self.store, key))
+                return await native_call(resp.bytes_async())
             if isinstance(byte_range, RangeByteRequest):
-                return await obs.get_range_async(self.store, key, start=byte_range.start, end=byte_range.end)
+                return await native_call(
+                    obs.get_range_async(self.store, key, start=byte_range.start, end=byte_range.end)
+                )
             if isinstance(byte_range, OffsetByteRequest):
-                resp = await obs.get_async(self.store, key, options={"range": {"offset": byte_range.offset}})
-                return await resp.bytes_async()
+                resp = await native_call(
+                    obs.get_async(self.store, key, options={"range": {"offset": byte_range.offset}})
+                )
+                return await native_call(resp.bytes_async())
             if isinstance(byte_range, SuffixByteRequest):
                 try:
-                    resp = await obs.get_async(
-                        self.store, key, options={"range": {"suffix": byte_range.suffix}}
+                    resp = await native_call(
+                        obs.get_async(self.store, key, options={"range": {"suffix": byte_range.suffix}})
                     )
-                    return await resp.bytes_async()
+                    return await native_call(resp.bytes_async())
                 except obs.exceptions.NotSupportedError:  # Azure has no suffix ranges
-                    size = (await obs.head_async(self.store, key))["size"]
+                    size = (await native_call(obs.head_async(self.store, key)))["size"]
                     start = max(0, size - byte_range.suffix)
-                    return await obs.get_range_async(self.store, key, start=start, end=size)
+                    return await native_call(obs.get_range_async(self.store, key, start=start, end=size))
             raise TypeError(f"unexpected byte range {byte_range!r}")
         except FileNotFoundError as exc:
             self._raise_if_bucket_missing(exc)
@@ -717,18 +724,66 @@ class ObstoreStore(ObjectStore):
             exc, where, url=self.url, key=key, redact=self._redact, setup=self._setup
         )
 
+    # -- writes --------------------------------------------------------------
+    # zarr's own methods, with each request awaited through native_call (see insitu.store.native_calls).
+    async def set(self, key: str, value: Buffer) -> None:
+        """Write ``value`` at ``key``."""
+        import obstore as obs
+
+        self._check_writable()
+        await native_call(obs.put_async(self.store, key, value.as_buffer_like()))
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Write ``value`` at ``key`` unless an object is there already."""
+        import obstore as obs
+
+        self._check_writable()
+        with contextlib.suppress(obs.exceptions.AlreadyExistsError):
+            await native_call(obs.put_async(self.store, key, value.as_buffer_like(), mode="create"))
+
+    async def delete(self, key: str) -> None:
+        """Delete ``key``; a missing key is not an error (local files and S3 alike)."""
+        import obstore as obs
+
+        self._check_writable()
+        with contextlib.suppress(FileNotFoundError):
+            await native_call(obs.delete_async(self.store, key))
+
     # -- listings ------------------------------------------------------------
     def list(self) -> AsyncGenerator[str, None]:
         """Every key; a missing bucket or a failure raises insitu's store errors."""
-        return self._guard_listing(super().list())
+        return self._guard_listing(self._paths(None))
 
     def list_prefix(self, prefix: str) -> AsyncGenerator[str, None]:
         """The keys under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
-        return self._guard_listing(super().list_prefix(prefix))
+        return self._guard_listing(self._paths(prefix))
 
     def list_dir(self, prefix: str) -> AsyncGenerator[str, None]:
         """The entries directly under ``prefix``; a missing bucket or a failure raises insitu's store errors."""
-        return self._guard_listing(super().list_dir(prefix))
+        return self._guard_listing(self._entries(prefix))
+
+    async def _paths(self, prefix: str | None) -> AsyncGenerator[str, None]:
+        import obstore as obs
+
+        stream = obs.list(self.store, prefix=prefix)
+        while True:
+            try:
+                page = await native_call(stream.__anext__())
+            except StopAsyncIteration:
+                return
+            for meta in page:
+                yield meta["path"]
+
+    async def _entries(self, prefix: str) -> AsyncGenerator[str, None]:
+        import obstore as obs
+
+        listing = await native_call(obs.list_with_delimiter_async(self.store, prefix=prefix))
+        base = prefix.rstrip("/")
+        paths = [*listing["common_prefixes"], *(meta["path"] for meta in listing["objects"])]
+        for path in paths:
+            relative = path[len(base) + 1 :] if base and path.startswith(base + "/") else path
+            if relative and path != base:
+                yield relative
 
     async def _guard_listing(self, listing: AsyncIterator[str]) -> AsyncGenerator[str, None]:
         try:

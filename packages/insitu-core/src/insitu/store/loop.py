@@ -10,7 +10,10 @@ finish (at most :data:`EXIT_GRACE_S`), then the loop stops: a script that
 exits mid-epoch without closing its dataset would otherwise leave tasks
 pending when the daemon thread is frozen, and their destruction during
 shutdown prints "Task was destroyed but it is pending!" (seen with an epoch
-of a million chunks, whose teardown outlasts the interpreter's).
+of a million chunks, whose teardown outlasts the interpreter's). Before the
+loop stops, the requests a native runtime still serves are let finish
+(:mod:`insitu.store.native_calls`): one that ends while the interpreter
+finalizes aborts the process.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from insitu.store import native_calls
 
 T = TypeVar("T")
 
@@ -40,7 +45,7 @@ def get_loop() -> asyncio.AbstractEventLoop:
             thread = threading.Thread(target=_serve, args=(loop,), name="insitu-loop", daemon=True)
             thread.start()
             _loop, _thread = loop, thread
-            atexit.register(_stop_at_exit, loop, thread)
+        register_exit_handler()
         return _loop
 
 
@@ -74,10 +79,27 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 EXIT_GRACE_S = 2.0  # the longest an exiting script waits for the loop's tasks to wind down
 
 
-def _stop_at_exit(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    """Cancel what still runs on the loop, let it finish (bounded), and stop the loop."""
-    if loop.is_closed() or not thread.is_alive() or threading.current_thread() is thread:
+_registered_pid: int | None = None
+
+
+def register_exit_handler() -> None:
+    """Have the interpreter's exit wind the loop down (once per process; a later call moves the
+    handler to run first, before handlers registered since, such as zarr's, stop their loops)."""
+    global _registered_pid
+    if _registered_pid == os.getpid():
+        atexit.unregister(_stop_at_exit)
+    atexit.register(_stop_at_exit)
+    _registered_pid = os.getpid()
+
+
+def _stop_at_exit() -> None:
+    """Cancel what still runs on the loop and let it finish, let native requests finish (each
+    bounded), and stop the loop."""
+    global _exited
+    if _exited or in_loop_thread():
         return
+    loop, thread = _loop, _thread
+    running = loop is not None and thread is not None and not loop.is_closed() and thread.is_alive()
 
     async def wind_down() -> None:
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -86,13 +108,15 @@ def _stop_at_exit(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> 
         if tasks:
             await asyncio.wait(tasks, timeout=EXIT_GRACE_S / 2)
 
-    global _exited
-    with contextlib.suppress(Exception):  # a loop stuck in a callback: exit anyway, after the grace
-        asyncio.run_coroutine_threadsafe(wind_down(), loop).result(timeout=EXIT_GRACE_S)
+    if loop is not None and running:
+        with contextlib.suppress(Exception):  # a loop stuck in a callback: exit anyway, after the grace
+            asyncio.run_coroutine_threadsafe(wind_down(), loop).result(timeout=EXIT_GRACE_S)
+    native_calls.wait_until_idle(EXIT_GRACE_S)
     _exited = True
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=EXIT_GRACE_S / 4)
+    if loop is not None and thread is not None and running:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=EXIT_GRACE_S / 4)
 
 
 _exited = False
