@@ -8,8 +8,7 @@ import threading
 
 import pytest
 
-from insitu.store import native_calls
-from insitu.store.loop import get_loop, run_sync
+from insitu.store import loop as engine_loop
 
 
 def test_a_cancelled_caller_leaves_the_request_running_and_counted() -> None:
@@ -26,31 +25,31 @@ def test_a_cancelled_caller_leaves_the_request_running_and_counted() -> None:
             answered.append("answer")
 
         threading.Thread(target=native_thread, daemon=True).start()
-        caller = asyncio.ensure_future(native_calls.native_call(request))
+        caller = asyncio.ensure_future(engine_loop.native_call(request))
         await asyncio.sleep(0)
         caller.cancel()
         await asyncio.gather(caller, return_exceptions=True)
         return caller.cancelled(), request.cancelled()
 
-    before = native_calls.in_flight()
-    caller_cancelled, request_cancelled = run_sync(scenario())
+    before = engine_loop.in_flight()
+    caller_cancelled, request_cancelled = engine_loop.run_sync(scenario())
     assert caller_cancelled
     assert not request_cancelled
-    assert native_calls.in_flight() == before + 1
-    assert not native_calls.wait_until_idle(0.05)  # still out there
+    assert engine_loop.in_flight() == before + 1
+    assert not engine_loop.wait_until_idle(0.05)  # still out there
 
     release.set()
-    assert native_calls.wait_until_idle(30)
-    assert native_calls.in_flight() == before
+    assert engine_loop.wait_until_idle(30)
+    assert engine_loop.in_flight() == before
     assert answered == ["answer"]
 
 
 def test_a_failed_request_is_counted_out_and_its_error_raised() -> None:
     async def scenario() -> None:
-        request: asyncio.Future[str] = get_loop().create_future()
+        request: asyncio.Future[str] = engine_loop.get_loop().create_future()
         request.set_exception(ConnectionResetError("peer went away"))
-        await native_calls.native_call(request)
+        await engine_loop.native_call(request)
 
     with pytest.raises(ConnectionResetError, match="peer went away"):
-        run_sync(scenario())
-    assert native_calls.wait_until_idle(5)
+        engine_loop.run_sync(scenario())
+    assert engine_loop.wait_until_idle(5)

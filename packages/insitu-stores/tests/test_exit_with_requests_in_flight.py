@@ -37,8 +37,8 @@ def _run(script: str) -> subprocess.CompletedProcess[str]:
     prelude = textwrap.dedent(
         """
         import atexit, sys
-        from insitu.store import native_calls
-        atexit.register(lambda: print("in flight at exit:", native_calls.in_flight(), file=sys.stderr))
+        from insitu.store import loop
+        atexit.register(lambda: print("in flight at exit:", loop.in_flight(), file=sys.stderr))
         """
     )
     return subprocess.run(

@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # the types mypy and IDEs see; at run time each name is impor
     from insitu.plugins.registry import LazyObject
     from insitu.progress import Progress, track
     from insitu.sources import BatchedView, ShardableView, require_batched_view, require_shardable_view
-    from insitu.store.native_calls import native_call
+    from insitu.store.loop import native_call
     from insitu.store.opener import open_store, redact_text, redact_url, url_secrets
     from insitu.store.retry import RetryPolicy
     from insitu.views import DatasetView
@@ -113,7 +113,7 @@ _DEFINED_IN: dict[str, str] = {
     "hookimpl": "insitu.plugins.hookspecs",
     "is_integer": "insitu.arrays.geometry",
     "is_periodic_longitude": "insitu.arrays.selection",
-    "native_call": "insitu.store.native_calls",
+    "native_call": "insitu.store.loop",
     "open_geometries": "insitu.arrays.discovery",
     "open_store": "insitu.store.opener",
     "open_store_from_args": "insitu.cli.common",
