@@ -29,7 +29,13 @@ from zarr.abc.store import Store
 from insitu.arrays.labels import ArrayGeometry, ChunkTransform, resolve_labels
 from insitu.engine.concurrency import LimitChange
 from insitu.engine.gather import BatchTransform, batch_transform_chain
-from insitu.engine.parts import identity_of_data, size_patch_pool, size_pool, start_parts
+from insitu.engine.parts import (
+    identity_of_data,
+    size_patch_pool,
+    size_pool,
+    start_parts,
+    weighted_summaries,
+)
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import (
     DEFAULT_CACHE_BUDGET,
@@ -47,6 +53,7 @@ from insitu.plan.plans import (
     SpatialSplit,
     dataset_plans,
     sample_splits,
+    weighting_from_options,
 )
 from insitu.plan.resume_state import STATE_FORMAT
 from insitu.plan.splits import SplitManifest
@@ -157,6 +164,18 @@ class InSituDataset:
         At the end of a dimension: ``"shift"`` (the last patch moved inward; the default),
         ``"pad"`` (filled with the fill value, NaN for floats; ``batch.patch_mask(label)``) or
         ``"drop"`` (incomplete patches left out).
+    patch_weights
+        Random patches weighted by a mask: the name of a sampled array; each position is drawn
+        with probability proportional to the fraction of its patch where the mask is nonzero.
+        Regions where the mask is empty are never read, for any array. Drawn from per-region
+        summaries computed once (kept under ``cache_dir`` when given), without rejection; see
+        ``docs/imaging.md``.
+    patch_min_coverage
+        With ``patch_weights``: draw uniformly among the positions whose coverage is at least
+        this fraction, instead of in proportion to it.
+    balance
+        Random patches balanced over the classes of an integer label array (the class at each
+        patch's centre): its name for equal frequencies, or ``{name: {class: share}}``.
     """
 
     def __init__(
@@ -191,6 +210,9 @@ class InSituDataset:
         patch_sampling: str = "grid",
         patches_per_epoch: int | None = None,
         patch_edge: str = "shift",
+        patch_weights: str | None = None,
+        patch_min_coverage: float | None = None,
+        balance: str | Mapping[str, Mapping[int, float]] | None = None,
     ) -> None:
         self._closed = True  # until construction succeeds: a half-built dataset has nothing to release
         # The keywords, validated once into options.
@@ -211,6 +233,12 @@ class InSituDataset:
         self.sharding = shard_options(rank=rank, world_size=world_size, uneven=uneven)
         self.on_bad_chunk = BadChunkPolicy.parse(on_bad_chunk)
         self.patch_spec = patch_spec(patch, patch_stride, patch_sampling, patches_per_epoch, patch_edge)
+        self.weighting = weighting_from_options(
+            patch_weights,
+            patch_min_coverage,
+            balance,
+            sampling=None if self.patch_spec is None else self.patch_spec.sampling,
+        )
         given_retry = retry
         retry = _checked_inputs(manifest, retry, patched=self.patch_spec is not None)
         batch_transforms = batch_transform_chain(batch_transforms)
@@ -226,13 +254,25 @@ class InSituDataset:
         sample_manifest, spatial = sample_splits(manifest, self.labels)
         self.manifest, self.spatial_split = sample_manifest, spatial
         self._plans = dataset_plans(
-            sample_manifest, self.labels, self.options, self.sharding, patch=self.patch_spec, spatial=spatial
+            sample_manifest,
+            self.labels,
+            self.options,
+            self.sharding,
+            patch=self.patch_spec,
+            spatial=spatial,
+            weighting=self.weighting,
         )
         self.anchor_range, self.unused_anchors = self._plans.anchors, self._plans.unused_anchors
         # What each array becomes after its chunk transforms, and how much of it the pool holds.
         outputs = labels.outputs(
             chunk_transforms, cf_decode, nan_fill=self.on_bad_chunk is BadChunkPolicy.NAN
         )
+        # A weighted draw's region summaries: made (or loaded) with the first plan of each split.
+        self.summaries: Any = None  # an insitu.engine.patch_summaries.SummaryCache when weighted
+        if isinstance(self._plans, PatchPlans) and self.weighting is not None:
+            self.summaries = weighted_summaries(
+                self.store, self._plans, outputs.label_specs, self.cache_options
+            )
         patches = None
         if isinstance(self._plans, PatchPlans):  # arrays pooled by chunk, batches of patches
             patches, memory = size_patch_pool(

@@ -293,6 +293,11 @@ class DatasetView:
         plan = self.plan()
         if plan.patches is None:
             raise TypeError("patch_order is for datasets sampling patches (InSituDataset(..., patch=...))")
+        if plan.patches.weighted is not None:
+            raise TypeError(
+                "a weighted or balanced draw picks each position from the mask's values as its pass "
+                "reads them: the origins are known only then (each batch's patch_origins)"
+            )
         n = plan.n_batches * plan.batch_size if self.drop_last else plan.n_positions
         return plan.patches.origins_between(0, n)
 

@@ -19,7 +19,9 @@ eviction, bad-chunk marks, transforms and the persisted cache work unchanged.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -115,3 +117,26 @@ class ChunkReader(ArrayReader):
     def fill(self, coords: tuple[int, ...], value: Any, slot_view: np.ndarray) -> None:
         """Write ``value`` over the slot (a missing or bad chunk)."""
         slot_view[...] = value
+
+
+def assemble_box(
+    lo: tuple[int, ...],
+    hi: tuple[int, ...],
+    chunk_shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunk_of: Callable[[tuple[int, ...]], np.ndarray],
+) -> np.ndarray:
+    """The values of an array over ``[lo, hi)``, copied from each chunk it touches
+    (``chunk_of(index)``: the chunk at that index of the chunk grid, cut at the array's end)."""
+    out = np.empty(tuple(h - a for a, h in zip(lo, hi, strict=True)), dtype=dtype)
+    ranges = [range(a // c, (h - 1) // c + 1) for a, h, c in zip(lo, hi, chunk_shape, strict=True)]
+    for index in itertools.product(*ranges):
+        data = chunk_of(index)
+        src, dst = [], []
+        for i, start, stop, c in zip(index, lo, hi, chunk_shape, strict=True):
+            c0 = i * c
+            a, b = max(start, c0), min(stop, c0 + c)
+            src.append(slice(a - c0, b - c0))
+            dst.append(slice(a - start, b - start))
+        out[tuple(dst)] = data[tuple(src)]
+    return out

@@ -29,6 +29,7 @@ from insitu.engine.gather import BatchTransform, Gatherer
 from insitu.engine.loader import Engine, EngineSettings
 from insitu.engine.passes import PassService
 from insitu.engine.patch_gather import PatchGatherer
+from insitu.engine.patch_summaries import SummaryCache
 from insitu.engine.pool import ChunkPool
 from insitu.engine.residency import open_pool
 from insitu.errors import ConfigError
@@ -278,3 +279,30 @@ def identity_of_data(store: Store, geometries: Sequence[ArrayGeometry]) -> dict[
     read array's Zarr metadata (no read of the store)."""
     arrays = {g.path: metadata_digest(g.metadata) for g in geometries}
     return {"store": store_digest(store), "arrays": metadata_digest(arrays)}
+
+
+def weighted_summaries(
+    store: Store, plans: PatchPlans, specs: Mapping[str, SlabSpec], cache: CacheOptions
+) -> SummaryCache:
+    """The summary source of a weighted draw, after checking its array: read as stored (the
+    summaries are), and integer for a class balance."""
+    weighting, geom = plans.weighting, plans.weighting_label
+    if weighting is None or geom is None:
+        raise RuntimeError("internal error: summaries asked for a dataset without a weighted draw")
+    option = "balance" if weighting.mode == "balance" else "patch_weights"
+    delivered = np.dtype(specs[geom.label].dtype)
+    if delivered != np.dtype(geom.dtype):
+        raise ConfigError(
+            f"{option}={weighting.label!r}: the array is delivered as {delivered} but stored as {geom.dtype} "
+            f"(CF decoding or a chunk transform); weights are read as stored: pass "
+            f"cf_decode={{{geom.name!r}: False}} or drop the transform on it"
+        )
+    if weighting.mode == "balance" and delivered.kind not in "biu":
+        raise ConfigError(
+            f"balance={weighting.label!r}: the array holds {delivered}, not integers; balance needs class "
+            "labels (an integer array)"
+        )
+    directory = cache.cache_dir
+    summaries = SummaryCache(store, weighting, directory, rebuild=cache.rebuild)
+    plans.use_summaries(summaries)
+    return summaries

@@ -17,6 +17,7 @@ what differs is the unit and where a batch comes from:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -84,7 +85,11 @@ class PatchEpochRun(EpochRun):
         """The patches of positions ``[lo, hi)``: their origins and, per label, the slots of the
         chunks they read (computed on the loop while those chunks are pinned)."""
         plan = self.plan
-        origins = self.patches.origins_between(lo, hi)
+        order = self.patches
+        values_of = None
+        if order.weighted is not None:  # positions drawn from the weighting array's pinned chunks
+            values_of = functools.partial(self.patch_gatherer.read_box, order.weighted.weighting.label)
+        origins = order.origins_between(lo, hi, values_of)
         n_valid = plan.n_valid
         valid = (np.arange(lo, hi) < n_valid) if n_valid >= 0 else None
         where = self.patch_gatherer.patch_rows(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from insitu.arrays.chunk_units import ChunkUnits
+from insitu.arrays.chunk_units import ChunkUnits, assemble_box
 from insitu.arrays.coregistration import Scale, scale_extent, scale_origins
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.lazycoords import LazyValues
@@ -189,6 +189,22 @@ class PatchGatherer(Gatherer):
         # The extent of a padded patch ends where its split's positions do (``grid``: the plan's).
         extent = (grid or self.grid).valid_extent(origins) if self.padded else None
         return PatchRows(origins, self.sample_axis, slots, chunks, extent, valid, keep)
+
+    def read_box(self, label: str, lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
+        """The values of ``label``'s array over ``[lo, hi)`` of its own indices, assembled from its
+        pooled chunks (a weighted draw's footprint). Call on the loop thread while they are pinned."""
+        shape = self.shapes[label]
+        apool = self.pool.arrays[shape.path]
+
+        def chunk_of(index: tuple[int, ...]) -> np.ndarray:
+            slot = int(apool.slab_to_slot[int(np.ravel_multi_index(index, shape.grid))])
+            if slot < 0:
+                raise RuntimeError(
+                    f"internal error: a chunk of {label!r} is not resident for a weighted draw"
+                )
+            return np.asarray(apool.arena[slot])
+
+        return assemble_box(lo, hi, shape.chunk_shape, apool.spec.dtype, chunk_of)
 
     def gather(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -26,6 +26,7 @@ from insitu.arrays.geometry import ArrayGeometry
 from insitu.errors import ConfigError
 from insitu.options import ReadOptions, ShardOptions
 from insitu.plan.elastic import Segment
+from insitu.plan.patch_weights import PositionWeighting, RegionSummary
 from insitu.plan.patches import plan_patches
 from insitu.plan.patches_elastic import PatchEpochSettings, segment_order
 from insitu.plan.patches_order import PATCH_ORDER_VERSION
@@ -36,6 +37,7 @@ from insitu.plan.patches_split import SpatialSplit
 from insitu.plan.reads import EpochPlan
 from insitu.plan.splits import SplitManifest
 from insitu.plan.temporaries import without_hugepage_hint
+from insitu.plan.weighted_draw import WeightedDraw
 
 __all__ = ["ChunkMapping", "PatchPlans", "check_patch_labels", "scaled_reads"]
 
@@ -61,6 +63,24 @@ def check_patch_labels(labels: Sequence[ArrayGeometry]) -> ArrayGeometry:
                 "in patches read the same box: give them the same selection"
             )
     return ref
+
+
+def _weighting_label(labels: Sequence[ArrayGeometry], weighting: PositionWeighting) -> ArrayGeometry:
+    """The sampled array a weighting reads, after refusing a name that is none of them."""
+    for g in labels:
+        if weighting.label in (g.label, g.name, g.path) and g.offset == 0:
+            return g
+    option = "balance" if weighting.mode == "balance" else "patch_weights"
+    names = sorted({g.label for g in labels})
+    raise ConfigError(
+        f"{option}={weighting.label!r} names no array sampled with the patches (arrays: {names}); "
+        "add the mask or label array to the dataset's arrays"
+    )
+
+
+#: Makes or loads one split's region summary: (split, its positions, the weighting array, its
+#: index scale, the box a patch reads in it) -> the summary.
+SummarySource = Callable[[str, PatchSet, ArrayGeometry, Scale, tuple[int, ...]], RegionSummary]
 
 
 def scaled_reads(
@@ -102,6 +122,7 @@ class PatchPlans:
         *,
         unused_anchors: dict[str, int] | None = None,
         spatial: SpatialSplit | None = None,
+        weighting: PositionWeighting | None = None,
     ) -> None:
         self.manifest = manifest
         self.labels = tuple(labels)
@@ -126,9 +147,36 @@ class PatchPlans:
             scaled_reads(self.grid, self.reference, g)  # refuses a patch no whole number of its indices
             self._offsets.setdefault(g.path, []).append(g.offset)
             self._chunks[g.path] = ChunkMapping.of(self.reference, g)
+        self.weighting = weighting
+        self.weighting_label = None if weighting is None else _weighting_label(self.labels, weighting)
+        self._summaries: SummarySource | None = None
+        self._weighted: dict[str, WeightedDraw] = {}
         self._lock = threading.Lock()
         self._sets: dict[str, PatchSet] = {}
         self._plans: dict[tuple[tuple[object, ...], int], EpochPlan] = {}
+
+    def use_summaries(self, source: SummarySource) -> None:
+        """Where the region summaries of a weighted draw come from (the dataset's summary pass)."""
+        self._summaries = source
+
+    def weighted_draw(self, split: str) -> WeightedDraw | None:
+        """The weighted draw of ``split`` (its region summary made or loaded once), or None."""
+        if self.weighting is None or self.weighting_label is None:
+            return None
+        with self._lock:
+            found = self._weighted.get(split)
+        if found is not None:
+            return found
+        if self._summaries is None:
+            raise RuntimeError("internal error: a weighted patch plan was given no summary source")
+        patches = self.patch_set(split)
+        geom = self.weighting_label
+        scale, own_box = scaled_reads(self.grid, self.reference, geom)
+        summary = self._summaries(split, patches, geom, scale, own_box)
+        weighting = replace(self.weighting, label=geom.label)  # the batch's name for the array
+        found = WeightedDraw(weighting, summary, scale, own_box, tuple(geom.shape))
+        with self._lock:
+            return self._weighted.setdefault(split, found)
 
     def describe(self) -> dict[str, Any]:
         """What a resume state records of the patches (a state of other patches is refused)."""
@@ -143,6 +191,7 @@ class PatchPlans:
             "spatial_split": None
             if self.spatial is None
             else hashlib.sha256(self.spatial.to_json().encode()).hexdigest()[:16],
+            **({} if self.weighting is None else {"weighting": self.weighting.describe()}),
         }
 
     def patch_set(self, split: str) -> PatchSet:
@@ -196,12 +245,15 @@ class PatchPlans:
         ``resumed_from`` (the epoch's earlier segments at other world sizes), the plan of this
         rank's share of what they left (:mod:`insitu.plan.patches_elastic`)."""
         patches = self.patch_set(split)
+        weighted = self.weighted_draw(split)  # its summary made or loaded once, outside the lock
         key = ((split, shuffle, rank, world_size, resumed_from), epoch)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
                 with without_hugepage_hint():
-                    plan = self._make(patches, split, shuffle, epoch, rank, world_size, resumed_from)
+                    plan = self._make(
+                        patches, split, shuffle, epoch, rank, world_size, resumed_from, weighted
+                    )
                 self._plans = {k: p for k, p in self._plans.items() if k[1] == epoch}
                 self._plans[key] = plan
         return plan
@@ -215,6 +267,7 @@ class PatchPlans:
         rank: int,
         world_size: int,
         resumed_from: tuple[Segment, ...],
+        weighted: WeightedDraw | None,
     ) -> EpochPlan:
         opts = self.options
         settings = PatchEpochSettings(
@@ -227,6 +280,7 @@ class PatchPlans:
             first_block_chunks=_first_block_regions(patches, opts.batch_size),
             uneven=self.sharding.uneven,
             batch_size=opts.batch_size,
+            weighted=weighted,
         )
         order = segment_order(patches, settings, resumed_from, rank, world_size)
         arrays = {

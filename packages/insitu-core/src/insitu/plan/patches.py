@@ -82,6 +82,7 @@ from insitu.plan.patches_reads import (
 from insitu.plan.patches_regions import PatchSet, RegionLayout
 from insitu.plan.patches_spec import AxisPositions, PatchGrid, PatchSpec
 from insitu.plan.patches_split import SpatialSplit, split_by_region
+from insitu.plan.weighted_draw import WeightedDraw
 
 __all__ = [
     "PATCH_ORDER_VERSION",
@@ -141,10 +142,11 @@ def epoch_patches(
     rank: int = 0,
     world_size: int = 1,
     uneven: str = "drop",
+    weighted: WeightedDraw | None = None,
 ) -> PatchOrder:
     """One rank's order of ``patches`` for ``epoch``: every position once (``spec.sampling ==
-    "grid"``) or ``spec.epoch_draws`` uniform draws (``"random"``, by default in proportion to the
-    positions ``patches`` holds); see :func:`order_patches`."""
+    "grid"``) or ``spec.epoch_draws`` draws (``"random"``, by default in proportion to the
+    positions ``patches`` holds), uniform or by ``weighted``; see :func:`order_patches`."""
     draws = spec.epoch_draws(patches.grid, patches.n_patches) if spec.sampling == "random" else None
     return order_patches(
         patches,
@@ -158,4 +160,5 @@ def epoch_patches(
         world_size=world_size,
         uneven=uneven,
         draws=draws,
+        weighted=weighted if draws is not None else None,
     )

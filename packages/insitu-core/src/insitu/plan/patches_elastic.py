@@ -39,6 +39,7 @@ from insitu.plan.patches import epoch_patches
 from insitu.plan.patches_order import PatchOrder, _rng, fit_entries
 from insitu.plan.patches_regions import PatchSet
 from insitu.plan.patches_spec import PatchSpec
+from insitu.plan.weighted_draw import WeightedDraw
 
 __all__ = ["PatchEpochSettings", "elastic_patch_order", "segment_order"]
 
@@ -59,6 +60,7 @@ class PatchEpochSettings:
     first_block_chunks: int | None
     uneven: str
     batch_size: int
+    weighted: WeightedDraw | None = None  # weighted random sampling (insitu.plan.weighted_draw)
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,12 @@ def segment_order(
     """Rank ``rank``'s order in the segment after ``history``: the fresh epoch's when ``history``
     is empty, else its share of what the segments left."""
     if history:
+        if settings.weighted is not None:
+            raise ConfigError(
+                "a weighted or balanced patch epoch resumes at the world size it was saved at: its "
+                "positions are drawn from decoded data per block, which a new split of the rest "
+                "would redraw; finish the epoch at that world size, or start the next epoch"
+            )
         return elastic_patch_order(patches, settings, history, rank=rank, world_size=world_size)
     return epoch_patches(
         patches,
@@ -221,4 +229,5 @@ def segment_order(
         rank=rank,
         world_size=world_size,
         uneven=settings.uneven,
+        weighted=settings.weighted,
     )

@@ -43,6 +43,7 @@ import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,6 +52,9 @@ from insitu.options import check_rank, flag, positive_int, seed_value
 from insitu.plan.order import block_bounds, epoch_rng
 from insitu.plan.patches_regions import PatchSet, RegionLayout
 from insitu.plan.splits import concat_runs
+
+if TYPE_CHECKING:
+    from insitu.plan.weighted_draw import ValuesOf, WeightedDraw
 
 #: Bumped whenever the patches of a given (seed, epoch, split, rank, world) change: resume states carry it.
 PATCH_ORDER_VERSION = 1
@@ -83,6 +87,9 @@ class PatchOrder:
     epoch: int
     split: str
     shuffle: bool
+    #: Weighted random sampling (:mod:`insitu.plan.patch_weights`): each region's draws are made
+    #: among its positions by weights computed from decoded data, given to :meth:`block_positions`.
+    weighted: WeightedDraw | None = None
     #: Entries whose patches are listed rather than generated (the rest of an epoch after a change
     #: of world size, :mod:`insitu.plan.patches_elastic`): entry index -> positions in delivery order.
     explicit: Mapping[int, np.ndarray] = field(default_factory=dict)
@@ -132,20 +139,22 @@ class PatchOrder:
         nor a list of patches)."""
         return i not in self.explicit and int(self.counts[i]) == int(self.entry_sizes[i])
 
-    def block_positions(self, i: int) -> np.ndarray:
-        """Position numbers of entry ``i``'s patches, in delivery order."""
+    def block_positions(self, i: int, values_of: ValuesOf | None = None) -> np.ndarray:
+        """Position numbers of entry ``i``'s patches, in delivery order. A weighted order draws
+        them from data: ``values_of(origins)`` gives the weighting array's values for positions
+        of one region (the pass reads them from the block's decoded chunks)."""
         listed = self.explicit.get(i)
         if listed is not None:
             return listed[: int(self.counts[i])]
         key = (int(self.blocks[i]), int(self.region_lo[i]))
         found = self._last.get(key)
         if found is None:
-            found = self._generate(key, self.block_regions(i))
+            found = self._generate(key, self.block_regions(i), values_of)
             self._last.clear()  # consecutive batches read one or two blocks: keep only the last
             self._last[key] = found
         return found[: int(self.counts[i])]
 
-    def patches_between(self, lo: int, hi: int) -> np.ndarray:
+    def patches_between(self, lo: int, hi: int, values_of: ValuesOf | None = None) -> np.ndarray:
         """Position numbers of the rank's order from ``lo`` to ``hi`` (half-open): only the blocks
         they fall in are generated."""
         lo, hi = max(0, lo), min(hi, self.n_patches)
@@ -156,7 +165,7 @@ class PatchOrder:
         parts = []
         for i in range(first, last + 1):
             s = int(self.starts[i])
-            parts.append(self.block_positions(i)[max(lo - s, 0) : hi - s])
+            parts.append(self.block_positions(i, values_of)[max(lo - s, 0) : hi - s])
         return np.concatenate(parts)
 
     def batch(self, k: int, batch_size: int) -> np.ndarray:
@@ -171,11 +180,11 @@ class PatchOrder:
         """The entry holding ``position`` of the rank's order."""
         return int(np.searchsorted(self.starts, position, side="right") - 1)
 
-    def origins_between(self, lo: int, hi: int) -> np.ndarray:
+    def origins_between(self, lo: int, hi: int, values_of: ValuesOf | None = None) -> np.ndarray:
         """The patch origins of positions ``lo .. hi`` (one row per patch: ``Batch.patch_origins``)."""
-        return self.patches.grid.origins(self.patches_between(lo, hi))
+        return self.patches.grid.origins(self.patches_between(lo, hi, values_of))
 
-    def _generate(self, key: tuple[int, int], regions: np.ndarray) -> np.ndarray:
+    def _generate(self, key: tuple[int, int], regions: np.ndarray, values_of: ValuesOf | None) -> np.ndarray:
         """Every patch of an entry's regions in delivery order, from a generator of its own:
         (seed, epoch, split) and the entry's (block, first region)."""
         ps = self.patches
@@ -186,7 +195,12 @@ class PatchOrder:
             parts = []
             for r in regions.tolist():
                 rng = _rng(self.seed, self.epoch, self.split, _REGION_DRAW, r)
-                parts.append(ps.draw(np.arange(starts[r], starts[r + 1]), int(self.region_draws[r]), rng))
+                boxes = np.arange(starts[r], starts[r + 1])
+                count = int(self.region_draws[r])
+                if self.weighted is None:
+                    parts.append(ps.draw(boxes, count, rng))
+                else:
+                    parts.append(self.weighted.draw(ps, r, boxes, count, rng, values_of))
             positions = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if self.shuffle:
             _rng(self.seed, self.epoch, self.split, _SHUFFLE, *key).shuffle(positions)
@@ -206,8 +220,12 @@ def order_patches(
     world_size: int = 1,
     uneven: str = "drop",
     draws: int | None = None,
+    weighted: WeightedDraw | None = None,
 ) -> PatchOrder:
     """The order of ``patches`` for ``epoch`` on ``rank`` of ``world_size``.
+
+    ``weighted`` (with ``draws``) splits the draws over the regions by its region weights
+    instead of their position counts, and draws inside each region by position weights.
 
     ``draws`` (random sampling): the epoch's patches over all ranks, drawn uniformly with
     replacement from the positions of ``patches``; ``None`` delivers every position once (grid).
@@ -235,7 +253,8 @@ def order_patches(
         if total == 0:
             raise ConfigError(f"split {split!r} holds no patch position to draw from")
         rng = _rng(seed, epoch, split, _DRAW_COUNTS)
-        units = region_draws = rng.multinomial(draws, units / total).astype(np.int64)
+        share = units / total if weighted is None else weighted.region_shares(units, split)
+        units = region_draws = rng.multinomial(draws, share).astype(np.int64)
     tile, block_of_region, block_sizes, nonempty = _blocks(layout, units, block_chunks, world_size, split)
     holding = np.flatnonzero(units > 0)
     by_block = holding[np.argsort(block_of_region[holding], kind="stable")]
@@ -271,6 +290,7 @@ def order_patches(
         epoch=epoch,
         split=split,
         shuffle=shuffle,
+        weighted=weighted,
     )
 
 

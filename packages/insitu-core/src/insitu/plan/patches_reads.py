@@ -42,7 +42,9 @@ def block_chunk_needs(order: PatchOrder, chunk_shape: Sequence[int], offset: int
     A whole block's chunks come from its boxes (per-axis arithmetic, all blocks in one pass); a
     block cut short to the rank's count, from its patches."""
     patches = order.patches
-    whole = [order.is_whole(i) for i in range(order.n_blocks)]
+    # A weighted order draws its positions from data during the pass: every entry needs what any
+    # position of its regions may read.
+    whole = [order.is_whole(i) or order.weighted is not None for i in range(order.n_blocks)]
     # Whole entries, each once (padding repeats them): their boxes, tagged with the entry's rank
     # among them, expand into chunks in one pass.
     owner_of: dict[tuple[int, int], int] = {}

@@ -12,6 +12,7 @@ from insitu.plan.anchors import anchor_range, unused_anchors
 from insitu.plan.elastic import ElasticSettings, Segment, elastic_order
 from insitu.plan.order import order_with_runs
 from insitu.plan.patch_plans import PatchPlans, check_patch_labels
+from insitu.plan.patch_weights import PositionWeighting, weighting_from_options
 from insitu.plan.patches_spec import PatchSpec
 from insitu.plan.patches_split import SpatialSplit
 from insitu.plan.reads import EpochPlan, plan_epoch
@@ -29,6 +30,7 @@ __all__ = [
     "SpatialSplit",
     "dataset_plans",
     "sample_splits",
+    "weighting_from_options",
 ]
 
 
@@ -40,6 +42,7 @@ def dataset_plans(
     *,
     patch: PatchSpec | None = None,
     spatial: SpatialSplit | None = None,
+    weighting: PositionWeighting | None = None,
 ) -> EpochPlans | PatchPlans:
     """The plans of a dataset's labels, anchored where every label reads inside its array; what each
     split loses to that at the ends of the data is logged (a split left with nothing is refused).
@@ -48,7 +51,15 @@ def dataset_plans(
     unused = unused_anchors(manifest, anchors, labels)
     if patch is not None:
         return PatchPlans(
-            manifest, labels, anchors, patch, options, sharding, unused_anchors=unused, spatial=spatial
+            manifest,
+            labels,
+            anchors,
+            patch,
+            options,
+            sharding,
+            unused_anchors=unused,
+            spatial=spatial,
+            weighting=weighting,
         )
     return EpochPlans(manifest, labels, anchors, options, sharding, unused_anchors=unused)
 

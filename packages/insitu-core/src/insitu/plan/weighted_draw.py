@@ -1,0 +1,91 @@
+"""The two stages of a weighted random draw (:mod:`insitu.plan.patch_weights`) for one split.
+
+Stage 1 is :meth:`WeightedDraw.region_shares`: the regions' shares of an epoch's draws, from the
+split's region summary. Stage 2 is :meth:`WeightedDraw.draw`: one region's draws among its
+positions, by weights computed from the weighting array's values over the region's footprint,
+which the pass reads from the block's decoded chunks (``values_of``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from insitu.arrays.coregistration import Scale, scale_origins
+from insitu.errors import ConfigError
+from insitu.plan.patch_weights import (
+    BALANCE,
+    COVERAGE,
+    PositionWeighting,
+    RegionSummary,
+    footprint_box,
+    position_values,
+    position_weights,
+    region_weights,
+)
+from insitu.plan.patches_regions import PatchSet
+
+#: The weighting array's values over the box ``[lo, hi)`` of its own indices.
+ValuesOf = Callable[[tuple[int, ...], tuple[int, ...]], np.ndarray]
+
+__all__ = ["ValuesOf", "WeightedDraw"]
+
+
+@dataclass(frozen=True, eq=False)
+class WeightedDraw:
+    """A weighting with the summary of one split's regions, and how the weighting array sits
+    against the reference (its index scale, the box a patch reads in it, its shape)."""
+
+    weighting: PositionWeighting
+    summary: RegionSummary
+    scale: Scale
+    own_box: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    def region_shares(self, units: np.ndarray, split: str) -> np.ndarray:
+        """Every region's share of the draws: ``W(r) / W`` over the regions holding positions."""
+        weights = np.where(units > 0, region_weights(self.weighting, self.summary), 0.0)
+        total = float(weights.sum())
+        if not total > 0:
+            w = self.weighting
+            if w.mode == COVERAGE:
+                why = f"the mask {w.label!r} is zero under every patch position"
+            elif w.mode == BALANCE:
+                why = f"no position has a class of {w.label!r} at its centre"
+            else:
+                why = f"no patch reaches coverage {w.min_coverage} of the mask {w.label!r}"
+            raise ConfigError(f"split {split!r} has no position to draw: {why}")
+        return weights / total
+
+    def draw(
+        self,
+        patches: PatchSet,
+        region: int,
+        boxes: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        values_of: ValuesOf | None,
+    ) -> np.ndarray:
+        """``count`` positions of ``region`` (its ``boxes``), drawn with replacement by weight."""
+        if count == 0:
+            return np.zeros(0, dtype=np.int64)
+        if values_of is None:
+            raise RuntimeError(
+                "internal error: a weighted order's positions are drawn from the weighting array's "
+                "decoded values, which only a pass reading its chunks can give"
+            )
+        positions = patches.positions(boxes)
+        own = scale_origins(patches.grid.origins(positions), self.scale)
+        lo, hi = footprint_box(self.weighting, own, self.own_box, self.shape)
+        values = position_values(self.weighting, values_of(lo, hi), lo, own, self.own_box)
+        weights = position_weights(self.weighting, self.summary, values)
+        total = float(weights.sum())
+        if not total > 0:
+            raise RuntimeError(
+                f"region {region} of {self.weighting.label!r} has no weight in its decoded values, though "
+                "its summary gave it some: the array changed after its summary was computed"
+            )
+        chosen = rng.choice(len(positions), size=count, p=weights / total)
+        return positions[chosen]
