@@ -112,7 +112,10 @@ def compute_summary(
         positions = patches.positions(np.arange(starts[r], starts[r + 1]))
         own = scale_origins(patches.grid.origins(positions), scale)
         lo, hi = footprint_box(weighting, own, own_box, reader.shape)
-        values = position_values(weighting, reader.box(lo, hi), lo, own, own_box)
+        footprint = reader.box(lo, hi)
+        if weighting.mode != BALANCE and not footprint.any():
+            continue  # no foreground under any of its patches: weight 0, nothing to compute
+        values = position_values(weighting, footprint, lo, own, own_box)
         if weighting.mode == BALANCE:
             classes, counts = np.unique(values, return_counts=True)
             per_class[r] = dict(zip(classes.tolist(), counts.tolist(), strict=True))
