@@ -35,18 +35,11 @@ import zarr
 from zarr.abc.store import Store
 
 from insitu.arrays.chunk_units import assemble_box
-from insitu.arrays.coregistration import Scale, scale_origins
+from insitu.arrays.coregistration import Scale
 from insitu.arrays.geometry import ArrayGeometry
-from insitu.plan.patch_weights import (
-    BALANCE,
-    COVERAGE,
-    PositionWeighting,
-    RegionSummary,
-    footprint_box,
-    position_values,
-    summary_identity,
-)
+from insitu.plan.patch_weights import BALANCE, COVERAGE, PositionWeighting, RegionSummary, summary_identity
 from insitu.plan.patches_regions import PatchSet
+from insitu.plan.weighted_draw import region_values
 from insitu.store.capabilities import object_version, store_identity
 from insitu.store.keys import chunk_key_encoder
 from insitu.store.loop import run_sync
@@ -109,13 +102,12 @@ def compute_summary(
     sums = np.zeros(n_regions, dtype=np.float64)
     per_class: dict[int, dict[int, int]] = {}
     for r in np.flatnonzero(patches.region_counts > 0).tolist():
-        positions = patches.positions(np.arange(starts[r], starts[r + 1]))
-        own = scale_origins(patches.grid.origins(positions), scale)
-        lo, hi = footprint_box(weighting, own, own_box, reader.shape)
-        footprint = reader.box(lo, hi)
-        if weighting.mode != BALANCE and not footprint.any():
+        boxes = np.arange(starts[r], starts[r + 1])
+        _, values = region_values(
+            weighting, patches, boxes, scale, own_box, reader.shape, reader.box, skip_empty=True
+        )
+        if values is None:
             continue  # no foreground under any of its patches: weight 0, nothing to compute
-        values = position_values(weighting, footprint, lo, own, own_box)
         if weighting.mode == BALANCE:
             classes, counts = np.unique(values, return_counts=True)
             per_class[r] = dict(zip(classes.tolist(), counts.tolist(), strict=True))

@@ -30,7 +30,30 @@ from insitu.plan.patches_regions import PatchSet
 #: The weighting array's values over the box ``[lo, hi)`` of its own indices.
 ValuesOf = Callable[[tuple[int, ...], tuple[int, ...]], np.ndarray]
 
-__all__ = ["ValuesOf", "WeightedDraw"]
+__all__ = ["ValuesOf", "WeightedDraw", "region_values"]
+
+
+def region_values(
+    weighting: PositionWeighting,
+    patches: PatchSet,
+    boxes: np.ndarray,
+    scale: Scale,
+    own_box: tuple[int, ...],
+    shape: tuple[int, ...],
+    values_of: ValuesOf,
+    *,
+    skip_empty: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The positions of a region's ``boxes`` and their values under ``weighting`` (coverage or
+    centre class), from the weighting array's footprint of them; with ``skip_empty``, values
+    ``None`` when a coverage rule's footprint holds no foreground at all."""
+    positions = patches.positions(boxes)
+    own = scale_origins(patches.grid.origins(positions), scale)
+    lo, hi = footprint_box(weighting, own, own_box, shape)
+    footprint = values_of(lo, hi)
+    if skip_empty and weighting.mode != BALANCE and not footprint.any():
+        return positions, None
+    return positions, position_values(weighting, footprint, lo, own, own_box)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,10 +99,10 @@ class WeightedDraw:
                 "internal error: a weighted order's positions are drawn from the weighting array's "
                 "decoded values, which only a pass reading its chunks can give"
             )
-        positions = patches.positions(boxes)
-        own = scale_origins(patches.grid.origins(positions), self.scale)
-        lo, hi = footprint_box(self.weighting, own, self.own_box, self.shape)
-        values = position_values(self.weighting, values_of(lo, hi), lo, own, self.own_box)
+        positions, values = region_values(
+            self.weighting, patches, boxes, self.scale, self.own_box, self.shape, values_of
+        )
+        assert values is not None  # only a coverage rule skips an empty footprint
         weights = position_weights(self.weighting, self.summary, values)
         total = float(weights.sum())
         if not total > 0:
