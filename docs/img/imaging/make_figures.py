@@ -155,7 +155,76 @@ def weighted() -> str:
     return svg.render()
 
 
-FIGURES: dict[str, Callable[[], str]] = {"blend.svg": blend, "weighted.svg": weighted}
+def stitched() -> str:
+    """A stitched output over a 40 x 64 raster: a stand-in model answers each 16 x 16 patch (every
+    12, so neighbours overlap by 4) with one value, alternating 0 and 1 like a checkerboard; the
+    stitcher blends them with the taper window, so the seams ramp instead of jumping."""
+    import tempfile
+
+    import numpy as np
+    import zarr
+
+    import insitu
+
+    h, w, size, stride, px = 40, 64, 16, 12, 6
+    with tempfile.TemporaryDirectory() as tmp:
+        root = zarr.open_group(f"{tmp}/r.zarr", mode="w")
+        arr = root.create_array(
+            "image", shape=(h, w), chunks=(24, 32), dtype="f4", dimension_names=("y", "x")
+        )
+        arr[:] = 0.0
+        store = insitu.open_store(f"{tmp}/r.zarr")
+        image = insitu.open_geometries(store)["image"]
+        ds = insitu.InSituDataset(
+            store,
+            insitu.split_by_chunk(image, fractions=(1.0,), names=("train",)),
+            geometries=[image],
+            batch_size=8,
+            patch={"y": size, "x": size},
+            patch_stride={"y": stride, "x": stride},
+        )
+        origins = []
+        with insitu.PatchStitcher(f"{tmp}/out.zarr", "p", view=ds.all, blend="taper") as stitcher:
+            for batch in ds.all:
+                o = batch.patch_origins
+                origins.append(o)
+                value = ((o[:, 0] // stride + o[:, 1] // stride) % 2).astype("f4")
+                stitcher.add(batch, np.broadcast_to(value[:, None, None], (len(o), size, size)).copy())
+        out = np.asarray(zarr.open_array(f"{tmp}/out.zarr", path="p")[:])
+        ds.close()
+    x0, y0 = 20, 40
+    svg = Svg(620, 350, "A stitched output: patch answers blended with the taper window across overlaps")
+    svg.text(
+        10, 22, f"{h} x {w} raster, patches of {size} every {stride}: each answers 0 or 1, blended", fill=INK
+    )
+    shades = np.rint(255 - 180 * out).astype(int)
+    for i in range(h):
+        j = 0
+        while j < w:  # one rectangle per run of equal shade along the row
+            end = j + 1
+            while end < w and shades[i, end] == shades[i, j]:
+                end += 1
+            shade = int(shades[i, j])
+            svg.rect(x0 + j * px, y0 + i * px, (end - j) * px, px, fill=f"rgb({shade},{shade},255)")
+            j = end
+    for y, x in np.concatenate(origins).tolist()[:3]:
+        svg.rect(x0 + x * px, y0 + y * px, size * px, size * px, fill="none", stroke=RED, stroke_width=1.5)
+    svg.notes(
+        x0,
+        y0 + h * px + 24,
+        [
+            "darker: closer to 1; red: three of the patches (each overlaps the next by 4)",
+            "inside a patch its own answer; in an overlap a tapered mix of the two or four answers",
+        ],
+    )
+    return svg.render()
+
+
+FIGURES: dict[str, Callable[[], str]] = {
+    "blend.svg": blend,
+    "stitched.svg": stitched,
+    "weighted.svg": weighted,
+}
 
 
 def main(out: Path = HERE) -> None:

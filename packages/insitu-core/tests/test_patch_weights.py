@@ -99,6 +99,7 @@ def test_weighted_patches_follow_mask_coverage_and_never_read_empty_regions(tmp_
     assert all(y <= reach and x <= reach for y, x in chunk_rows)
     assert len(read) <= (reach + 1) ** 2 < 64
     assert len(summary_reads) <= 64
+    assert ds.summaries.chunks_read == 64  # the summary pass decoded each mask chunk once
 
 
 def test_a_minimum_coverage_draws_uniformly_among_the_positions_meeting_it(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -61,7 +62,13 @@ class _ChunkReader:
         self.chunks = tuple(int(c) for c in array.chunks)
         self.shape = tuple(int(n) for n in array.shape)
         chunk_bytes = max(1, int(np.prod(self.chunks)) * array.dtype.itemsize)
-        self.capacity = max(2 ** len(self.chunks), budget_bytes // chunk_bytes)
+        # Regions go in C order and a footprint reaches into the next chunk along each axis: a chunk
+        # is needed again one hyperplane of regions later, so two hyperplanes of chunks (and the
+        # corners of one footprint) read each chunk once. The byte bound caps that for huge grids,
+        # where a chunk may then be read again (at most 2^ndim times).
+        grid = [-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True)]
+        reuse = 2 * math.prod(grid[1:]) + 2 ** len(grid)
+        self.capacity = max(2 ** len(grid), min(reuse, budget_bytes // chunk_bytes))
         self.kept: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self.reads = 0
 
@@ -103,7 +110,7 @@ def compute_summary(
     per_class: dict[int, dict[int, int]] = {}
     for r in np.flatnonzero(patches.region_counts > 0).tolist():
         boxes = np.arange(starts[r], starts[r + 1])
-        _, values = region_values(
+        values = region_values(
             weighting, patches, boxes, scale, own_box, reader.shape, reader.box, skip_empty=True
         )
         if values is None:

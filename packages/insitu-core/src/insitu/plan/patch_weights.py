@@ -26,8 +26,8 @@ any other array: with a mask positive in one quadrant the image's chunks elsewhe
 fetched.
 
 The footprint of a region (:func:`footprint_box`) is what stage 2 and the summary pass read;
-:func:`position_values` turns it into per-position values (a coverage fraction or a centre
-class), :func:`position_weights` into weights.
+:func:`box_values` turns it into per-position values (a coverage fraction or a centre class)
+for each box of positions at once, :func:`position_weights` into weights.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from insitu.arrays.coregistration import Scale, scale_origins
 from insitu.errors import ConfigError
 
 __all__ = [
     "PositionWeighting",
     "RegionSummary",
+    "box_values",
     "footprint_box",
-    "position_values",
+    "integral_image",
     "position_weights",
     "region_weights",
     "weighting_from_options",
@@ -196,55 +196,88 @@ def position_weights(weighting: PositionWeighting, summary: RegionSummary, value
     return np.where(known, per_class[index], 0.0)
 
 
+#: Per axis, the origins (in the weighting array's indices) of one box of positions: the
+#: positions are their outer product, in C order, as :meth:`PatchSet.box_positions` numbers them.
+AxisOrigins = tuple[np.ndarray, ...]
+
+
 def footprint_box(
-    weighting: PositionWeighting, own_origins: np.ndarray, own_box: tuple[int, ...], shape: tuple[int, ...]
+    weighting: PositionWeighting, boxes: list[AxisOrigins], own_box: tuple[int, ...], shape: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The box ``[lo, hi)`` of the weighting array that the positions at ``own_origins`` (in its
-    own indices, patches of ``own_box``) need: their whole patches, or their centres."""
-    lo = own_origins.min(axis=0)
+    """The box ``[lo, hi)`` of the weighting array that the positions of ``boxes`` need: their
+    whole patches, or their centres (origins are non-decreasing along each axis)."""
+    ndim = len(own_box)
+    first = [min(int(b[d][0]) for b in boxes) for d in range(ndim)]
+    last = [max(int(b[d][-1]) for b in boxes) for d in range(ndim)]
     if weighting.mode == BALANCE:
-        centres = own_origins + (np.asarray(own_box) - 1) // 2
-        lo, hi = centres.min(axis=0), centres.max(axis=0) + 1
+        lo = [f + (s - 1) // 2 for f, s in zip(first, own_box, strict=True)]
+        hi = [e + (s - 1) // 2 + 1 for e, s in zip(last, own_box, strict=True)]
     else:
-        hi = own_origins.max(axis=0) + np.asarray(own_box)
-    hi = np.minimum(hi, np.asarray(shape))
-    return tuple(int(v) for v in lo), tuple(int(v) for v in hi)
+        lo, hi = first, [e + s for e, s in zip(last, own_box, strict=True)]
+    return tuple(lo), tuple(min(h, n) for h, n in zip(hi, shape, strict=True))
 
 
-def position_values(
+def box_values(
     weighting: PositionWeighting,
     footprint: np.ndarray,
     lo: tuple[int, ...],
-    own_origins: np.ndarray,
+    origins: AxisOrigins,
     own_box: tuple[int, ...],
+    integral: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per position: the coverage fraction of its patch (coverage rules) or the class at its
-    centre (balance), from ``footprint``, the weighting array's values over ``[lo, lo +
-    footprint.shape)``."""
-    local = own_origins - np.asarray(lo)
+    """Per position of one box (C order): the coverage fraction of its patch (coverage rules) or
+    the class at its centre (balance), from ``footprint``, the weighting array's values over
+    ``[lo, lo + footprint.shape)``; ``integral`` is :func:`integral_image` of it (coverage)."""
+    local = [o - start for o, start in zip(origins, lo, strict=True)]
     if weighting.mode == BALANCE:
-        centres = local + (np.asarray(own_box) - 1) // 2
-        return footprint[tuple(centres.T)].astype(np.int64)
+        centres = [a + (s - 1) // 2 for a, s in zip(local, own_box, strict=True)]
+        return footprint[np.ix_(*centres)].astype(np.int64).ravel()
+    if integral is None:
+        integral = integral_image(footprint)
+    ends = [np.minimum(a + s, n) for a, s, n in zip(local, own_box, footprint.shape, strict=True)]
+    ndim = footprint.ndim
+    total = np.zeros(tuple(len(a) for a in local), dtype=np.int64)
+    for corner in itertools.product((0, 1), repeat=ndim):
+        pick = tuple(_run(e if bit else a) for a, e, bit in zip(local, ends, corner, strict=True))
+        sign = -1 if (ndim - sum(corner)) % 2 else 1
+        # Consecutive indices on every axis (stride 1, the usual random draw): a view, not a gather.
+        corner_sums = (
+            integral[pick]
+            if all(isinstance(i, slice) for i in pick)
+            else integral[np.ix_(*map(_index, pick))]
+        )
+        if sign > 0:
+            total += corner_sums
+        else:
+            total -= corner_sums
+    return (total / float(math.prod(own_box))).ravel()
+
+
+def _run(indices: np.ndarray) -> slice | np.ndarray:
+    """``indices`` as a slice when they are consecutive, else as they are."""
+    n = len(indices)
+    if n and int(indices[-1]) - int(indices[0]) == n - 1 and (n < 3 or bool((np.diff(indices) == 1).all())):
+        return slice(int(indices[0]), int(indices[-1]) + 1)
+    return indices
+
+
+def _index(pick: slice | np.ndarray) -> np.ndarray:
+    return np.arange(pick.start, pick.stop) if isinstance(pick, slice) else pick
+
+
+def integral_image(footprint: np.ndarray) -> np.ndarray:
+    """Counts of nonzero (not NaN) elements over every box from the origin, with a zero row in
+    front on every axis: a box sum is ``2^ndim`` lookups."""
     positive = footprint != 0
     if footprint.dtype.kind in "fc":
         positive &= ~np.isnan(footprint)
-    # An integral image with a zero row in front on every axis: a box sum is 2^ndim lookups.
-    integral = np.zeros(tuple(n + 1 for n in positive.shape), dtype=np.int64)
+    # int32 while the counts fit (half the memory traffic of the cumulative sums).
+    kind = np.int32 if positive.size < 2**31 else np.int64
+    integral = np.zeros(tuple(n + 1 for n in positive.shape), dtype=kind)
     integral[(slice(1, None),) * positive.ndim] = positive
     for d in range(positive.ndim):
         np.cumsum(integral, axis=d, out=integral)
-    ends = np.minimum(local + np.asarray(own_box), np.asarray(positive.shape))
-    total = np.zeros(len(local), dtype=np.int64)
-    for corner in itertools.product((0, 1), repeat=positive.ndim):
-        idx = tuple(np.where(bit, ends[:, d], local[:, d]) for d, bit in enumerate(corner))
-        sign = -1 if (positive.ndim - sum(corner)) % 2 else 1
-        total += sign * integral[idx]
-    return total / float(math.prod(own_box))
-
-
-def own_positions(origins: np.ndarray, scale: Scale) -> np.ndarray:
-    """Reference origins in the weighting array's indices."""
-    return scale_origins(origins, scale)
+    return integral
 
 
 def summary_identity(parts: Mapping[str, Any]) -> str:

@@ -13,15 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from insitu.arrays.coregistration import Scale, scale_origins
+from insitu.arrays.coregistration import Scale
 from insitu.errors import ConfigError
 from insitu.plan.patch_weights import (
     BALANCE,
     COVERAGE,
     PositionWeighting,
     RegionSummary,
+    box_values,
     footprint_box,
-    position_values,
+    integral_image,
     position_weights,
     region_weights,
 )
@@ -43,17 +44,27 @@ def region_values(
     values_of: ValuesOf,
     *,
     skip_empty: bool = False,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The positions of a region's ``boxes`` and their values under ``weighting`` (coverage or
-    centre class), from the weighting array's footprint of them; with ``skip_empty``, values
-    ``None`` when a coverage rule's footprint holds no foreground at all."""
-    positions = patches.positions(boxes)
-    own = scale_origins(patches.grid.origins(positions), scale)
-    lo, hi = footprint_box(weighting, own, own_box, shape)
+) -> np.ndarray | None:
+    """The values under ``weighting`` (coverage or centre class) of the positions of a region's
+    ``boxes``, box after box as :meth:`PatchSet.positions` lists them, from the weighting array's
+    footprint of them; with ``skip_empty``, ``None`` when a coverage rule's footprint holds no
+    foreground at all (then no position is listed)."""
+    grid = patches.grid
+    per_box: list[tuple[np.ndarray, ...]] = []
+    for b in boxes.tolist():
+        axes = []
+        for d, (axis, k) in enumerate(zip(grid.axes, scale, strict=True)):
+            o = axis.origins(np.arange(patches.lo[b, d], patches.hi[b, d], dtype=np.int64))
+            axes.append(o if k == 1 else (o * k.numerator) // k.denominator)
+        per_box.append(tuple(axes))
+    lo, hi = footprint_box(weighting, per_box, own_box, shape)
     footprint = values_of(lo, hi)
-    if skip_empty and weighting.mode != BALANCE and not footprint.any():
-        return positions, None
-    return positions, position_values(weighting, footprint, lo, own, own_box)
+    coverage = weighting.mode != BALANCE
+    if skip_empty and coverage and not footprint.any():
+        return None
+    integral = integral_image(footprint) if coverage else None
+    parts = [box_values(weighting, footprint, lo, origins, own_box, integral) for origins in per_box]
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,10 +110,11 @@ class WeightedDraw:
                 "internal error: a weighted order's positions are drawn from the weighting array's "
                 "decoded values, which only a pass reading its chunks can give"
             )
-        positions, values = region_values(
+        positions = patches.positions(boxes)
+        values = region_values(
             self.weighting, patches, boxes, self.scale, self.own_box, self.shape, values_of
         )
-        assert values is not None  # only a coverage rule skips an empty footprint
+        assert values is not None  # asked without skip_empty
         weights = position_weights(self.weighting, self.summary, values)
         total = float(weights.sum())
         if not total > 0:
