@@ -67,7 +67,8 @@ class _ChunkReader:
         # corners of one footprint) read each chunk once. The byte bound caps that for huge grids,
         # where a chunk may then be read again (at most 2^ndim times).
         grid = [-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True)]
-        reuse = 2 * math.prod(grid[1:]) + 2 ** len(grid)
+        outer = next((d for d, g in enumerate(grid) if g > 1), len(grid) - 1)  # axes of one chunk do not turn
+        reuse = 2 * math.prod(grid[outer + 1 :]) + 2 ** len(grid)
         self.capacity = max(2 ** len(grid), min(reuse, budget_bytes // chunk_bytes))
         self.kept: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
         self.reads = 0
