@@ -3,6 +3,7 @@ without rejection, reading no chunk of a region the mask leaves empty."""
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from conftest import CountingStore, FaultyStore, write_array
 from numpy.lib.stride_tricks import sliding_window_view
 
 import insitu
+from insitu.engine import patch_summaries
 from insitu.errors import ConfigError
 
 N = 128  # the image is (1, N, N) in chunks of 16 x 16
@@ -273,3 +275,34 @@ def test_a_mask_at_half_resolution_weights_by_its_scaled_footprint(tmp_path: Pat
     o = np.concatenate([b.patch_origins for b in ds.train])
     assert (o[:, 1] < N // 2).all()
     assert (o[:, 2] < N // 2).all()
+
+
+def test_a_tampered_summary_is_made_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root, _, _ = _quadrant(tmp_path)
+    cache = tmp_path / "cache"
+    first = _dataset(insitu.open_store(str(root)), draws=200, patch_weights="mask", cache_dir=str(cache))
+    origins = np.concatenate([b.patch_origins for b in first.train])
+    (saved,) = (cache / "summaries").glob("summary-*.npz")
+    np.savez(saved, values=np.ones(3))  # the wrong number of regions
+    again = _dataset(insitu.open_store(str(root)), draws=200, patch_weights="mask", cache_dir=str(cache))
+    assert again.summaries is not None
+    assert (again.summaries.computed, again.summaries.loaded) == (1, 0)
+    np.testing.assert_array_equal(np.concatenate([b.patch_origins for b in again.train]), origins)
+    assert "ignoring the unreadable summary" in caplog.text
+
+
+def test_a_summary_the_disk_cannot_hold_is_used_from_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _, _ = _quadrant(tmp_path)
+    cache = tmp_path / "cache"
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(patch_summaries.os, "fsync", full)
+    ds = _dataset(insitu.open_store(str(root)), draws=200, patch_weights="mask", cache_dir=str(cache))
+    assert len(np.concatenate([b.patch_origins for b in ds.train])) == 200
+    assert "could not keep the region summary" in caplog.text
+    assert "No space left" in caplog.text
+    assert not list((cache / "summaries").iterdir())  # no half-written file left

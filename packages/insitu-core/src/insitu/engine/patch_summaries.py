@@ -161,7 +161,7 @@ class SummaryCache:
 
                 raise ConfigError(f"weighting array {geom.name!r} has dtype {array.dtype}: expected numbers")
             identity = self._identity(array, geom, patches, scale, own_box)
-            found = None if self.rebuild else self._load(identity)
+            found = None if self.rebuild else self._load(identity, patches.layout.n_regions)
             if found is not None:
                 self.loaded += 1
                 return found
@@ -171,7 +171,14 @@ class SummaryCache:
             self.computed += 1
             summary = RegionSummary(summary.values, summary.classes, identity)
             if identity:
-                self._save(identity, summary)
+                try:
+                    self._save(identity, summary)
+                except OSError as exc:  # a full or read-only disk: the summary serves from memory
+                    log.warning(
+                        "could not keep the region summary under %s (%s); it is used from memory",
+                        self.directory,
+                        exc,
+                    )
             return summary
 
     def _identity(
@@ -216,7 +223,7 @@ class SummaryCache:
         assert self.directory is not None
         return self.directory / f"summary-{identity}.npz"
 
-    def _load(self, identity: str) -> RegionSummary | None:
+    def _load(self, identity: str, n_regions: int) -> RegionSummary | None:
         if not identity:
             return None
         path = self._file(identity)
@@ -224,9 +231,14 @@ class SummaryCache:
             with np.load(path, allow_pickle=False) as data:
                 values = np.array(data["values"])
                 classes = np.array(data["classes"]) if "classes" in data.files else None
+            balance = self.weighting.mode == BALANCE
+            if len(values) != n_regions or (classes is None) == balance or not np.isfinite(values).all():
+                raise ValueError(f"it holds {values.shape} values for {n_regions} regions")
+            if classes is not None and (values.ndim != 2 or values.shape[1] != len(classes)):
+                raise ValueError("its class table does not match its classes")
         except FileNotFoundError:
             return None
-        except Exception as exc:  # a damaged file: made again
+        except Exception as exc:  # a damaged or tampered file: made again
             log.warning("ignoring the unreadable summary %s (%s); computing it again", path, exc)
             return None
         return RegionSummary(values, classes, identity)
