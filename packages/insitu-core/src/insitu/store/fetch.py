@@ -226,6 +226,15 @@ class ChunkFetcher:
             if versions is not None:
                 st = os.fstat(fd)
                 versions.append(f"{st.st_size}-{st.st_mtime_ns}")
+            if reuse and byte_range is None and suffix is None:
+                # A whole file into this thread's buffer without asking its size first: a read
+                # shorter than the buffer reached the end of the file (one stat call per chunk
+                # saved); a full buffer may have stopped short of it, and goes the long way.
+                buf = getattr(self._local, "buf", None)
+                if buf is not None:
+                    n = os.preadv(fd, [buf], 0)
+                    if n < len(buf):
+                        return memoryview(buf)[:n]
             if byte_range is not None:
                 start, size = byte_range[0], byte_range[1] - byte_range[0]
             else:
@@ -235,8 +244,10 @@ class ChunkFetcher:
             if not reuse:
                 return os.pread(fd, size, start)
             buf = getattr(self._local, "buf", None)
-            if buf is None or len(buf) < size:
-                buf = bytearray(max(size, 2 * len(buf) if buf is not None else size))
+            if buf is None or len(buf) <= size:
+                # One byte more than the file: the next file of this size reads short of the end
+                # of the buffer, which tells the fast path above it got all of it.
+                buf = bytearray(max(size + 1, 2 * len(buf) if buf is not None else size + 1))
                 self._local.buf = buf
             view = memoryview(buf)[:size]
             n = os.preadv(fd, [view], start)
