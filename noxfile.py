@@ -147,7 +147,8 @@ def tests_gpu(session: nox.Session) -> None:
 @nox.session(name="tests-bench", python="3.11", venv_backend="uv", tags=["tests"])
 def tests_bench(session: nox.Session) -> None:
     """The benchmark scripts' own tests (bench/tests): tiny runs of each script, the regression guard's arithmetic."""
-    session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"), "psutil")
+    # matplotlib: the report's plots are drawn in the tests too.
+    session.install(*_editable("insitu-core[test]", "insitu-transforms[test]"), "psutil", "matplotlib")
     success_codes = [0, 5] if session.posargs else [0]
     session.run(
         "pytest", "bench/tests", *PYTEST_ARGS, *PARALLEL, *session.posargs, success_codes=success_codes

@@ -26,9 +26,10 @@ Results JSON (schema 1), as ``driver.py`` writes it:
   summed over the runner and its descendants), ``max_procs``; for ok rows the
   runner's ``common.Result`` fields (``samples``, ``bytes``, ``elapsed_s``,
   ``ttfb_s``, ``floor_rss``, ``warm_elapsed_s``, ``warm_samples``, ``truncated``,
-  ``checksum``, ``extra``) and derived ``samples_per_s``, ``MBps`` (1e6 bytes/s of
-  delivered sample data), ``ttfb_ms``, ``peak_rss_MB``, ``warm_samples_per_s``,
-  ``warm_MBps``, ``checksum_ok``;
+  ``checksum``, ``extra``: for insitu and insitu_stream ``inflight_trajectory``, ``[at_s,
+  limit]`` per change of the requests-in-flight limit over the cold epoch) and derived
+  ``samples_per_s``, ``MBps`` (1e6 bytes/s of delivered sample data), ``ttfb_ms``,
+  ``peak_rss_MB``, ``warm_samples_per_s``, ``warm_MBps``, ``checksum_ok``;
 - ``summary``: per (condition, case, engine, tuning_label): ``tuning``, ``runs``, ``ok``,
   ``statuses``, ``truncated``, ``problems`` and the median over ok runs of
   ``samples_per_s``, ``MBps``, ``ttfb_ms``, ``peak_rss_MB``, ``warm_samples_per_s``,
@@ -46,7 +47,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from portable import portable_paths
 
@@ -89,6 +90,15 @@ COLORS = {
     "ceiling_decode_keep": "silver",
     "ceiling_gather": "tab:gray",
     "ceiling_rawget": "tab:olive",
+}
+
+# The plots docs/benchmarks.md shows, in order, with a caption where the figure needs one.
+DOC_IMAGES = ("throughput_vs_chunk.png", "ttfb.png", "memory.png", "cold_warm.png", "inflight.png")
+CAPTIONS = {
+    "inflight.png": "The limit on requests in flight that insitu's concurrency controller chose over "
+    "one cold epoch (at the defaults unless the legend names a tuning): it starts from its start "
+    "value, doubles while throughput follows and halves on congestion (a throttled, timed-out or "
+    "failed request).",
 }
 
 
@@ -342,7 +352,8 @@ def machine_text(results: dict[str, Any]) -> str:
 
 
 def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
-    """PNGs: throughput vs samples per chunk, TTFB, peak RSS, cold vs warm. Returns the files written."""
+    """PNGs: throughput vs samples per chunk, TTFB, peak RSS, cold vs warm, insitu's in-flight limit
+    over an epoch. Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -446,7 +457,101 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
         fig.tight_layout()
         written.append(_save(fig, img_dir / "cold_warm.png"))
         plt.close(fig)
+
+    inflight = _inflight_plot(plt, results, img_dir / "inflight.png")
+    if inflight is not None:
+        written.append(inflight)
     return written
+
+
+class Trajectory(NamedTuple):
+    """insitu's in-flight limit over one cold epoch, as one run recorded it."""
+
+    label: str  # the run's tuning ("defaults" when untuned)
+    points: list[list[float]]  # [at_s, limit] per change, at_s from the first completed read
+    end_s: float  # the epoch's end on the same clock, its earliest bound (see _epoch_end)
+
+
+def _trajectories(results: dict[str, Any]) -> dict[str, dict[str, Trajectory]]:
+    """condition -> case -> insitu's in-flight limit over one cold epoch, from the first repeat of
+    its untuned run, or (a sweep has none) of its best tuning. Runs without a trajectory (local
+    files, results from before it was recorded) are left out."""
+    best = _best(results)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results.get("rows", []):
+        if r.get("engine") == "insitu" and r.get("status") == "ok" and _trajectory(r):
+            runs.setdefault((r["condition"], r["case"]), []).append(r)
+    out: dict[str, dict[str, Trajectory]] = {}
+    for (cond, case), rs in runs.items():
+        chosen = [r for r in rs if not r.get("tuning")] or [
+            r for r in rs if r["tuning_label"] == best.get((cond, case, "insitu"), {}).get("tuning_label")
+        ]
+        if chosen:
+            first = min(chosen, key=lambda r: r.get("repeat", 0))
+            points = _trajectory(first)
+            out.setdefault(cond, {})[case] = Trajectory(
+                first["tuning_label"], points, _epoch_end(first, points)
+            )
+    return out
+
+
+def _trajectory(row: dict[str, Any]) -> list[list[float]]:
+    """A run's recorded in-flight limits, ``[[at_s, limit], ...]`` (empty when it has none)."""
+    return list((row.get("extra") or {}).get("inflight_trajectory") or [])
+
+
+def _epoch_end(row: dict[str, Any], points: list[list[float]]) -> float:
+    """When the run's cold epoch ended, on its trajectory's clock (from the first completed read).
+
+    The epoch is timed from construction and the first read completes before the first batch, so
+    ``elapsed_s - ttfb_s`` is the earliest the end can be: the last limit is drawn until then, never
+    past the epoch (and at least to the last change)."""
+    last = points[-1][0]
+    elapsed, ttfb = row.get("elapsed_s"), row.get("ttfb_s")
+    if elapsed is None or ttfb is None:
+        return last
+    return max(last, elapsed - ttfb)
+
+
+def _inflight_plot(plt: Any, results: dict[str, Any], path: Path) -> Path | None:
+    """insitu's in-flight limit against seconds into the cold epoch: a panel per condition, a line per
+    case. None (nothing drawn) when no run recorded a trajectory."""
+    found = _trajectories(results)
+    conds = _order(list(found), CONDITION_ORDER)
+    if not conds:
+        return None
+    from matplotlib.ticker import ScalarFormatter
+
+    # At most three panels a row: five remote conditions side by side would be too wide to read.
+    ncols = min(3, len(conds))
+    nrows = -(-len(conds) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(conds) :]:
+        ax.set_visible(False)
+    cmap = plt.get_cmap("tab10")
+    all_cases = _order(list({c for by_case in found.values() for c in by_case}), CASE_ORDER)
+    for ax, cond in zip(axes.flat, conds, strict=False):
+        for case in _order(list(found[cond]), CASE_ORDER):
+            t = found[cond][case]
+            xs = [p[0] for p in t.points]
+            ys = [p[1] for p in t.points]
+            # Each limit holds from its change until the next, and the last one until the epoch
+            # ends: a step drawn after each point, with a marker at each change.
+            name = case if t.label == "defaults" else f"{case} ({t.label})"
+            color = cmap(all_cases.index(case) % 10)  # a case keeps its colour across panels
+            ax.step([*xs, t.end_s], [*ys, ys[-1]], where="post", label=name, color=color)
+            ax.plot(xs, ys, ".", markersize=4, color=color)
+        ax.set_yscale("log", base=2)  # doubling and halving are equal steps
+        ax.yaxis.set_major_formatter(ScalarFormatter())  # 32, 64, ... rather than 2^5, 2^6, ...
+        ax.set_xlabel("seconds into the cold epoch (from the first completed read)")
+        ax.set_ylabel("requests in flight allowed")
+        ax.set_title(f"insitu in-flight limit ({cond})")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
 
 
 def _bars(
@@ -496,7 +601,7 @@ def write_report(results: dict[str, Any], out: Path, img_dir: Path) -> str:
     )
     if images:
         rel = [os.path.relpath(p, out) for p in images]
-        text += "\n" + "\n".join(f"![{Path(r).stem}]({r})" for r in rel) + "\n"
+        text += "\n" + "\n".join(_image_md(Path(r)) for r in rel)
     text = portable_paths(text)
     (out / "suite.md").write_text(text)
     return text
@@ -509,23 +614,27 @@ def update_docs(results: dict[str, Any], target: Path, img_dir: Path) -> bool:
     doc = target.read_text()
     if START not in doc or END not in doc:
         return False
-    images = [
-        p
-        for p in (img_dir / n for n in ("throughput_vs_chunk.png", "ttfb.png", "memory.png", "cold_warm.png"))
-        if p.exists()
-    ]
+    # Only plots present in img_dir: a link to a missing image fails the strict docs build (a
+    # figure with nothing to draw, such as inflight.png without remote runs, is not written).
+    images = [p for p in (img_dir / n for n in DOC_IMAGES) if p.exists()]
     date = (results.get("created") or datetime.date.today().isoformat())[:10]
     body = [
         f"Measured {date}. " + header(results),
         machine_text(results),
         tables(results),
-        *[f"![{p.stem}]({os.path.relpath(p, target.parent)})\n" for p in images],
+        *[_image_md(Path(os.path.relpath(p, target.parent))) for p in images],
     ]
     # Commands in older results files, and error messages quoting source files, carry absolute paths.
     section = START + "\n" + portable_paths("\n".join(body).rstrip()) + "\n" + END
     new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, doc, count=1, flags=re.S)
     target.write_text(new)
     return True
+
+
+def _image_md(rel: Path) -> str:
+    """Markdown for one plot at ``rel``, with its caption (as a paragraph under it) when it has one."""
+    caption = CAPTIONS.get(rel.name)
+    return f"![{rel.stem}]({rel.as_posix()})\n" + (f"\n{caption}\n" if caption else "")
 
 
 def main() -> None:

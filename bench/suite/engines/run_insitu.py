@@ -9,12 +9,18 @@ http through insitu-stores' obstore backend (plus latency when given).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import Spec, begin, cold_epoch, emit, remote_store, warm_epoch
+
+# Points of the in-flight limit's trajectory a result keeps. The controller holds up to its
+# MAX_TRAJECTORY (512) changes; a figure needs far fewer, and every insitu run of a sweep carries
+# its own, so the results file stays small (~2 KB per run).
+TRAJECTORY_POINTS = 128
 
 
 def open_store(spec: Spec) -> Any:
@@ -40,6 +46,17 @@ def open_store(spec: Spec) -> Any:
     return remote_store(store, s)
 
 
+def trajectory_points(changes: Sequence[Any], most: int = TRAJECTORY_POINTS) -> list[tuple[float, int]]:
+    """``(at_s, limit)`` per change of the in-flight limit (``insitu``'s ``LimitChange``), times to
+    the millisecond; beyond ``most`` (at least 2) changes, ``most`` evenly spaced ones, always with
+    the first (the start value) and the last (where the epoch left the limit)."""
+    points = [(round(float(c.at_s), 3), int(c.limit)) for c in changes]
+    if len(points) <= most:
+        return points
+    step = (len(points) - 1) / (max(2, most) - 1)
+    return [points[round(i * step)] for i in range(max(2, most))]
+
+
 def main(budget: int | None = None) -> None:
     """One run; ``budget`` forces ``cache_budget_bytes`` (``run_insitu_stream.py`` passes 0)."""
     spec = Spec.load(sys.argv[1])
@@ -60,6 +77,9 @@ def main(budget: int | None = None) -> None:
     ds = insitu.InSituDataset(store, manifest, labels, batch_size=spec.batch_size, seed=spec.seed, **tuning)
     result = cold_epoch(spec, clock, floor, ds.train, lambda batch: [batch[g.label] for g in labels])
     stats = ds.stats
+    # Read before the warm epoch: without a cache (insitu_stream) that one reads the store again,
+    # and the controller's changes would run on into it.
+    trajectory = trajectory_points(ds.inflight_trajectory)
     if spec.warm and not result.truncated:
         ds.set_epoch(1)
         warm_epoch(result, clock, lambda: ds.train)
@@ -68,6 +88,8 @@ def main(budget: int | None = None) -> None:
         "stall_fraction": stats.get("stall_fraction"),
         "budget_bytes": stats.get("budget_bytes"),
         "slabs_streamed": stats.get("slabs_streamed"),
+        # [at_s, limit] per change of the requests-in-flight limit (empty for local files).
+        "inflight_trajectory": trajectory,
     }
     emit(result)
 
