@@ -10,8 +10,11 @@ interpreter (insitubatch: ``--insitubatch-python``; the torch stacks:
 ``--torch-python`` or this interpreter; the rest: this interpreter). While it
 runs, the driver sums the RSS of the runner and all its descendants (DataLoader
 workers) about every 10 ms and keeps the peak. The runner's last stdout line is
-its result. Repeats are the outer loop, engines the inner one, so slow drift of
-the machine hits every engine alike; medians are taken per metric.
+its result. Working memory (``work_MB``) = peak RSS of the process tree - the
+bytes the engine's cache holds at the end of the cold epoch (0 for engines
+without a cache; insitu reports its pool's bytes as ``extra["cache_bytes"]``).
+Repeats are the outer loop, engines the inner one, so slow drift of the machine
+hits every engine alike; medians are taken per metric.
 
 Each result is checked: a cold epoch that is not truncated must deliver the
 case's ``samples_per_epoch`` samples (a wrong count makes the row an error),
@@ -372,6 +375,24 @@ def run_one(python: str, spec: Spec, workdir: Path, run_id: str, limit_s: float)
     return row
 
 
+def working_memory_MB(row: dict[str, Any]) -> float | None:
+    """A run's working memory in MB (1e6 bytes): what its cold pass holds besides its cache.
+
+    working memory = peak RSS of the process tree - the bytes the engine's cache holds at the end
+    of the cold epoch (0 for engines without a cache).
+
+    The cache is the runner's ``extra["cache_bytes"]`` (insitu: the pool's resident bytes); an
+    engine that reports no such key counts 0, so its working memory is its peak. The peak includes
+    the cache insitu keeps for later epochs (by default the whole dataset when it fits in a quarter
+    of RAM), which peers without a cache do not hold: subtracting it compares what a cold pass needs.
+    None when the runner reported the key without a value (unknown, not zero)."""
+    extra = row.get("extra") or {}
+    cache = extra.get("cache_bytes", 0)
+    if cache is None:
+        return None
+    return (row["peak_rss_tree"] - cache) / 1e6
+
+
 def derive(row: dict[str, Any], case: Case) -> None:
     """Rates from a row's raw fields, and the sample-count check."""
     if row["status"] != "ok":
@@ -381,6 +402,7 @@ def derive(row: dict[str, Any], case: Case) -> None:
     row["MBps"] = row["bytes"] / el / 1e6 if el > 0 else None
     row["ttfb_ms"] = row["ttfb_s"] * 1e3
     row["peak_rss_MB"] = row["peak_rss_tree"] / 1e6
+    row["work_MB"] = working_memory_MB(row)
     warm_el, warm_n = row.get("warm_elapsed_s"), row.get("warm_samples")
     if warm_el and warm_n:
         row["warm_samples_per_s"] = warm_n / warm_el
@@ -398,7 +420,16 @@ def derive(row: dict[str, Any], case: Case) -> None:
 
 # --- summaries and checks -------------------------------------------------------------------------
 
-METRICS = ("samples_per_s", "MBps", "ttfb_ms", "peak_rss_MB", "warm_samples_per_s", "warm_MBps", "wall_s")
+METRICS = (
+    "samples_per_s",
+    "MBps",
+    "ttfb_ms",
+    "peak_rss_MB",
+    "work_MB",
+    "warm_samples_per_s",
+    "warm_MBps",
+    "wall_s",
+)
 
 
 def summarize(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -857,9 +888,12 @@ def _brief(row: dict[str, Any]) -> str:
     if row["status"] == "ok":
         warm = f", warm {row['warm_MBps']:.0f} MB/s" if row.get("warm_MBps") else ""
         trunc = " TRUNCATED" if row.get("truncated") else ""
+        # Working memory only where a cache makes it differ from the peak.
+        work = row.get("work_MB")
+        working = f" (working {work:.0f} MB)" if work is not None and work != row["peak_rss_MB"] else ""
         return (
             f"{row['samples']} samples, {row['MBps']:.0f} MB/s, TTFB {row['ttfb_ms']:.0f} ms, "
-            f"peak RSS {row['peak_rss_MB']:.0f} MB{warm}{trunc} {wall}"
+            f"peak RSS {row['peak_rss_MB']:.0f} MB{working}{warm}{trunc} {wall}"
         )
     if row["status"] == "unsupported":
         return f"unsupported: {row['reason']} {wall}"

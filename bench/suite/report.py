@@ -27,16 +27,24 @@ Results JSON (schema 1), as ``driver.py`` writes it:
   runner's ``common.Result`` fields (``samples``, ``bytes``, ``elapsed_s``,
   ``ttfb_s``, ``floor_rss``, ``warm_elapsed_s``, ``warm_samples``, ``truncated``,
   ``checksum``, ``extra``: for insitu and insitu_stream ``inflight_trajectory``, ``[at_s,
-  limit]`` per change of the requests-in-flight limit over the cold epoch) and derived
+  limit]`` per change of the requests-in-flight limit over the cold epoch, and
+  ``cache_bytes``, the pool's resident bytes at the end of the cold epoch) and derived
   ``samples_per_s``, ``MBps`` (1e6 bytes/s of delivered sample data), ``ttfb_ms``,
-  ``peak_rss_MB``, ``warm_samples_per_s``, ``warm_MBps``, ``checksum_ok``;
+  ``peak_rss_MB``, ``work_MB`` (working memory, below), ``warm_samples_per_s``,
+  ``warm_MBps``, ``checksum_ok``;
 - ``summary``: per (condition, case, engine, tuning_label): ``tuning``, ``runs``, ``ok``,
   ``statuses``, ``truncated``, ``problems`` and the median over ok runs of
-  ``samples_per_s``, ``MBps``, ``ttfb_ms``, ``peak_rss_MB``, ``warm_samples_per_s``,
-  ``warm_MBps``, ``wall_s``;
+  ``samples_per_s``, ``MBps``, ``ttfb_ms``, ``peak_rss_MB``, ``work_MB``,
+  ``warm_samples_per_s``, ``warm_MBps``, ``wall_s``;
 - ``best``: the summary entry with the highest median MB/s per (condition, case, engine);
 - ``checks``: ``checksum_mismatches`` (case, condition, engine, tuning_label, repeat,
   checksum, reference) and ``errors`` (failed or timed-out runs).
+
+Working memory (``work_MB``) = peak RSS of the process tree - the bytes the engine's cache
+holds at the end of the cold epoch (0 for engines without a cache). insitu's peak includes the
+decoded chunks it keeps for later epochs; working memory is what its cold pass holds besides
+them, the figure to set against peers that keep no cache. Results files from before it was
+recorded have no ``work_MB``: it shows as unknown ("–").
 """
 
 from __future__ import annotations
@@ -53,6 +61,12 @@ from portable import portable_paths
 
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
 PER_SAMPLE_STACKS = ("xbatcher", "workers")
+# This project's engines: their working memory is set against insitubatch's peak.
+INSITU_ENGINES = ("insitu", "insitu_stream")
+WORKING_MEMORY = (
+    "working memory = peak RSS of the process tree - the bytes the engine's cache holds at the end "
+    "of the cold epoch (0 for engines without a cache)"
+)
 CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather", "ceiling_rawget")
 ENGINE_ORDER = (
     "insitu",
@@ -95,11 +109,35 @@ COLORS = {
 # The plots docs/benchmarks.md shows, in order, with a caption where the figure needs one.
 DOC_IMAGES = ("throughput_vs_chunk.png", "ttfb.png", "memory.png", "cold_warm.png", "inflight.png")
 CAPTIONS = {
+    "memory.png": "Peak RSS of the process tree (local disk, best tuning). The hatched top of a bar is "
+    "the cache the engine holds at the end of the cold epoch; the solid part below it is the working "
+    "memory: peak RSS of the process tree - the bytes the engine's cache holds at the end of the cold "
+    "epoch (0 for engines without a cache).",
     "inflight.png": "The limit on requests in flight that insitu's concurrency controller chose over "
     "one cold epoch (at the defaults unless the legend names a tuning): it starts from its start "
     "value, doubles while throughput follows and halves on congestion (a throttled, timed-out or "
     "failed request).",
 }
+
+
+# The per-condition table: the best tuning of every engine in each case.
+CONDITION_COLUMNS = (
+    "case",
+    "engine",
+    "best tuning",
+    "samples/s",
+    "MB/s",
+    "TTFB ms",
+    "peak RSS MB (tree)",
+    "working MB",
+    "working / insitubatch peak",
+    "vs insitubatch",
+    "vs best worker stack",
+    "vs best per-sample stack",
+    "vs decode ceiling",
+    "vs decode+write ceiling",
+    "vs local disk",
+)
 
 
 def _order(items: list[str], order: tuple[str, ...]) -> list[str]:
@@ -155,14 +193,13 @@ def tables(results: dict[str, Any]) -> str:
         lines += [
             f"### {cond}: {title}",
             "",
-            "| case | engine | best tuning | samples/s | MB/s | TTFB ms | peak RSS MB (tree) "
-            "| vs insitubatch | vs best worker stack | vs best per-sample stack | vs decode ceiling "
-            "| vs decode+write ceiling | vs local disk |",
-            "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| " + " | ".join(CONDITION_COLUMNS) + " |",
+            "|" + "---|" * 3 + "--:|" * (len(CONDITION_COLUMNS) - 3),
         ]
         cases = _order(list({k[1] for k in best if k[0] == cond}), CASE_ORDER)
         for case in cases:
             ib = best.get((cond, case, "insitubatch"), {}).get("MBps")
+            ib_peak = best.get((cond, case, "insitubatch"), {}).get("peak_rss_MB")
             workers = [best.get((cond, case, w), {}).get("MBps") for w in WORKER_STACKS]
             bw = max((w for w in workers if w), default=None)
             # The stacks that read one sample at a time (and so decode a chunk once per sample in it).
@@ -181,17 +218,20 @@ def tables(results: dict[str, Any]) -> str:
                 label = b["tuning_label"]
                 if b["MBps"] is None:
                     why = "; ".join(b.get("problems", [])) or "no result"
-                    lines.append(
-                        f"| {case} | {engine} | {b['statuses'][0]}: {why[:80]} |  |  |  |  |  |  |  |  |  |  |"
-                    )
+                    blanks = "  |" * (len(CONDITION_COLUMNS) - 3)
+                    lines.append(f"| {case} | {engine} | {b['statuses'][0]}: {why[:80]} |{blanks}")
                     continue
                 flags = " (truncated)" if b.get("truncated") else ""
                 local = best.get(("local", case, engine), {}).get("MBps") if cond != "local" else None
                 if (cond, case, engine, label) in bad:
                     flags += " **checksum mismatch**"
+                # Older results files carry no working memory: shown as unknown.
+                work = b.get("work_MB")
+                vs_ib_peak = _ratio(work, ib_peak) if engine in INSITU_ENGINES else "–"
                 lines.append(
                     f"| {case} | {engine}{flags} | {label} | {_fmt(b['samples_per_s'])} | {_fmt(b['MBps'])} "
-                    f"| {_fmt(b['ttfb_ms'], 1)} | {_fmt(b['peak_rss_MB'])} | {_ratio(b['MBps'], ib)} "
+                    f"| {_fmt(b['ttfb_ms'], 1)} | {_fmt(b['peak_rss_MB'])} | {_fmt(work)} | {vs_ib_peak} "
+                    f"| {_ratio(b['MBps'], ib)} "
                     f"| {_ratio(b['MBps'], bw)} | {_ratio(b['MBps'], bps)} | {_ratio(b['MBps'], ceiling)} "
                     f"| {_ratio(b['MBps'], ceiling_out)} | {_ratio(b['MBps'], local)} |"
                 )
@@ -275,6 +315,7 @@ def _checks(results: dict[str, Any]) -> list[str]:
         ]
     else:
         out.append("- Checksums agree across engines for every case (relative tolerance 1e-6).")
+    out += _memory_checks(results)
     errors = checks.get("errors", [])
     if errors:
         out.append(f"- {len(errors)} runs failed or timed out:")
@@ -311,6 +352,62 @@ def _checks(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _insitu_entries(
+    results: dict[str, Any], best: dict[tuple[str, str, str], dict[str, Any]], key: tuple[str, str, str]
+) -> list[dict[str, Any]]:
+    """The summary entries of ``key`` (condition, case, engine) to hold to a memory bound: its
+    untuned run (``defaults``) and its best tuning (from ``best``), each once."""
+    entries = [
+        s
+        for s in results.get("summary", [])
+        if (s["condition"], s["case"], s["engine"]) == key and s["tuning_label"] == "defaults"
+    ]
+    top = best.get(key)
+    if top is not None and all(e["tuning_label"] != top["tuning_label"] for e in entries):
+        entries.append(top)
+    return entries
+
+
+def _memory_checks(results: dict[str, Any]) -> list[str]:
+    """Markdown lines, one per condition and case where insitu's working memory (its defaults or its
+    best tuning; insitu_stream's too) is above insitubatch's best-tuned peak RSS. Entries without a
+    working memory (older results files) or without an insitubatch peak are not judged."""
+    best = _best(results)
+    out: list[str] = []
+    compared = 0
+    for cond, case in _order_pairs({(k[0], k[1]) for k in best}):
+        peer = best.get((cond, case, "insitubatch"), {})
+        peak = peer.get("peak_rss_MB")
+        if not peak:
+            continue
+        over = []
+        for engine in INSITU_ENGINES:
+            for e in _insitu_entries(results, best, (cond, case, engine)):
+                work = e.get("work_MB")
+                if work is None:
+                    continue
+                compared += 1
+                if work > peak:
+                    over.append(f"{engine} [{e['tuning_label']}] {work:,.0f} MB ({work / peak:.2f}×)")
+        if over:
+            out.append(
+                f"- {cond} {case}: working memory above insitubatch's best peak RSS of {peak:,.0f} MB "
+                f"[{peer.get('tuning_label', '?')}]: " + ", ".join(over)
+            )
+    if not out and compared:
+        out.append("- insitu's working memory is at or below insitubatch's best peak RSS in every case.")
+    return out
+
+
+def _order_pairs(pairs: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(condition, case) pairs in the report's order: conditions, then cases, unknown ones last."""
+
+    def rank(name: str, order: tuple[str, ...]) -> tuple[int, str]:
+        return (order.index(name) if name in order else len(order), name)
+
+    return sorted(pairs, key=lambda p: (rank(p[0], CONDITION_ORDER), rank(p[1], CASE_ORDER)))
+
+
 def header(results: dict[str, Any]) -> str:
     s = results.get("settings", {})
     m = results.get("machine", {})
@@ -319,7 +416,11 @@ def header(results: dict[str, Any]) -> str:
         f"batch {s.get('batch_size')}, medians of {s.get('repeats')} fresh processes per engine and tuning; "
         f"{m.get('cpus')} CPUs ({m.get('cpu_model', '?')}), {m.get('ram_GB')} GB RAM. "
         "MB/s counts delivered sample bytes; TTFB is from construction (store opening included) to the "
-        "first batch; peak RSS sums the runner and all its child processes. Ratios divide MB/s by the "
+        "first batch; peak RSS sums the runner and all its child processes; "
+        f"{WORKING_MEMORY}: what a cold pass holds besides the decoded chunks kept for later epochs "
+        "(insitu's pool; the other engines report no cache bytes, so their working memory is their peak). "
+        "The column working / insitubatch peak divides insitu's working memory by the best "
+        "insitubatch's peak RSS of the same case and condition. The vs columns divide MB/s by the "
         "best insitubatch, the best worker stack (xbatcher, workers, chunkaware), the best per-sample "
         "stack (xbatcher, workers: one read per sample, so a chunk is decoded once per sample in it), "
         "the decode ceiling (decoding into a reused, cache-resident buffer), the decode+write ceiling "
@@ -352,8 +453,9 @@ def machine_text(results: dict[str, Any]) -> str:
 
 
 def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
-    """PNGs: throughput vs samples per chunk, TTFB, peak RSS, cold vs warm, insitu's in-flight limit
-    over an epoch. Returns the files written."""
+    """PNGs: throughput vs samples per chunk, TTFB, peak RSS (split into working memory and the
+    cache where a run reports one), cold vs warm, insitu's in-flight limit over an epoch. Returns the
+    files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -409,16 +511,29 @@ def plots(results: dict[str, Any], img_dir: Path) -> list[Path]:
         plt.close(fig)
 
     local_cases = _order(list({k[1] for k in best if k[0] == "local"}), CASE_ORDER)
-    for metric, name, ylabel, log in (
-        ("ttfb_ms", "ttfb.png", "time to first batch, ms", True),
-        ("peak_rss_MB", "memory.png", "peak RSS of the process tree, MB", False),
+    for metric, name, ylabel, log, overlay in (
+        ("ttfb_ms", "ttfb.png", "time to first batch, ms", True, None),
+        ("peak_rss_MB", "memory.png", "peak RSS of the process tree, MB", False, "work_MB"),
     ):
+        # On memory.png the solid part of a bar is working memory, the hatched top the cache.
         engines = _order(
             [e for e in {k[2] for k in best if k[0] == "local"} if e not in CEILINGS], ENGINE_ORDER
         )
         if local_cases and engines:
             written.append(
-                _bars(plt, best, "local", local_cases, engines, metric, img_dir / name, ylabel, log)
+                _bars(
+                    plt,
+                    best,
+                    "local",
+                    local_cases,
+                    engines,
+                    metric,
+                    img_dir / name,
+                    ylabel,
+                    log,
+                    overlay,
+                    "cache at the end of the cold epoch (hatched)",
+                )
             )
 
     best_warm = _best_warm(results)
@@ -564,13 +679,37 @@ def _bars(
     path: Path,
     ylabel: str,
     log: bool,
+    overlay: str | None = None,
+    overlay_label: str = "",
 ) -> Path:
+    """Grouped bars of ``metric`` per case, one per engine. ``overlay``: a second metric, known and
+    smaller than the first, splits a bar: the part above it is hatched (memory.png: working memory,
+    with the engine's cache hatched on top), labelled ``overlay_label`` in the legend."""
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(cases) + 2), 4.5))
     width = 0.8 / len(engines)
+    hatched = False
     for i, engine in enumerate(engines):
         ys = [best.get((cond, c, engine), {}).get(metric) or 0 for c in cases]
         xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(cases))]
         ax.bar(xs, ys, width, label=engine, color=COLORS.get(engine))
+        if overlay is None:
+            continue
+        # Hatch the part above the overlay (the cache), so engines without one keep a plain bar.
+        inner = [best.get((cond, c, engine), {}).get(overlay) for c in cases]
+        shown = [(x, v, y) for x, v, y in zip(xs, inner, ys, strict=True) if v is not None and 0 < v < y]
+        if shown:
+            ax.bar(
+                [x for x, _, _ in shown],
+                [y - v for _, v, y in shown],
+                width,
+                bottom=[v for _, v, _ in shown],
+                fill=False,
+                hatch="///",
+                edgecolor="black",
+                linewidth=0,
+                label=None if hatched else overlay_label,
+            )
+            hatched = True
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels(cases)
     ax.set_ylabel(ylabel)

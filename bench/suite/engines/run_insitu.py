@@ -4,12 +4,17 @@ Tuning: ``block_chunks``, ``max_inflight``, ``cache_budget_bytes``, ``prefetch``
 ``decode_threads`` (the engine's defaults where absent). Stores: local and
 latency through insitu's own local store (wrapped with the latency), s3 and
 http through insitu-stores' obstore backend (plus latency when given).
+
+``extra`` carries ``cache_bytes``, the pool's resident bytes at the end of the
+cold epoch (the decoded chunks kept for later epochs), so the driver can report
+working memory: peak RSS of the process tree minus the bytes the engine's cache
+holds at the end of the cold epoch.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,16 @@ def trajectory_points(changes: Sequence[Any], most: int = TRAJECTORY_POINTS) -> 
     return [points[round(i * step)] for i in range(max(2, most))]
 
 
+def cold_cache_bytes(stats: Mapping[str, Any]) -> int | None:
+    """The bytes insitu's cache holds at the end of the cold epoch: the pool's ``resident_bytes``
+    (slabs held now, kept for later epochs; ~0 with ``cache_budget_bytes=0``), from ``ds.stats``
+    read right after that epoch. None when the stats do not report it.
+
+    The driver's working memory is the peak RSS of the process tree minus these bytes."""
+    value = stats.get("resident_bytes")
+    return None if value is None else int(value)
+
+
 def main(budget: int | None = None) -> None:
     """One run; ``budget`` forces ``cache_budget_bytes`` (``run_insitu_stream.py`` passes 0)."""
     spec = Spec.load(sys.argv[1])
@@ -80,6 +95,7 @@ def main(budget: int | None = None) -> None:
     # Read before the warm epoch: without a cache (insitu_stream) that one reads the store again,
     # and the controller's changes would run on into it.
     trajectory = trajectory_points(ds.inflight_trajectory)
+    cache_bytes = cold_cache_bytes(stats)
     if spec.warm and not result.truncated:
         ds.set_epoch(1)
         warm_epoch(result, clock, lambda: ds.train)
@@ -88,6 +104,9 @@ def main(budget: int | None = None) -> None:
         "stall_fraction": stats.get("stall_fraction"),
         "budget_bytes": stats.get("budget_bytes"),
         "slabs_streamed": stats.get("slabs_streamed"),
+        # The pool's bytes at the end of the cold epoch: the driver subtracts them from the peak
+        # RSS to get the pass's working memory (``work_MB``).
+        "cache_bytes": cache_bytes,
         # [at_s, limit] per change of the requests-in-flight limit (empty for local files).
         "inflight_trajectory": trajectory,
     }
