@@ -155,10 +155,12 @@ def test_local_files_have_no_limit_to_adapt(tmp_path: Any) -> None:
 
 
 def _defaults_epoch(store: Store, values: np.ndarray) -> None:
-    """One shuffled pass at the dataset's defaults (16 chunks a block, two blocks of read-ahead)."""
+    """One shuffled pass at the dataset's defaults but for blocks of 16 chunks (two blocks of
+    read-ahead): "auto" gives these 64-byte chunks blocks of 1024, and what these tests count is
+    the read-ahead beyond the blocks."""
     geoms = insitu.open_geometries(store, variables=["v"])
     manifest = insitu.split_by_chunk(geoms["v"], (1.0,))
-    with insitu.InSituDataset(store, manifest, geoms, batch_size=32) as ds:
+    with insitu.InSituDataset(store, manifest, geoms, batch_size=32, block_chunks=16) as ds:
         seen = []
         for batch in ds.train:
             np.testing.assert_array_equal(batch["v"], values[batch.sample_indices])
@@ -166,7 +168,7 @@ def _defaults_epoch(store: Store, values: np.ndarray) -> None:
         assert sorted(np.concatenate(seen).tolist()) == list(range(N))
 
 
-# Chunks the default read-ahead holds at one sample per chunk: the batch being assembled (two
+# Chunks the read-ahead holds at one sample per chunk in blocks of 16: the batch being assembled (two
 # blocks of 16) and two blocks ahead, plus the one the producer is planning.
 DEFAULT_READAHEAD_CHUNKS = 5 * 16
 

@@ -38,6 +38,7 @@ from insitu.engine.parts import (
 )
 from insitu.errors import ConfigError, DatasetClosedError
 from insitu.options import (
+    DEFAULT_BLOCK_CHUNKS,
     DEFAULT_CACHE_BUDGET,
     BadChunkPolicy,
     cache_options,
@@ -94,7 +95,9 @@ class InSituDataset:
         Samples per batch.
     block_chunks
         Chunks shuffled together in one block: the shuffle-quality dial. Residency is about two
-        blocks.
+        blocks. ``"auto"``: 16, doubled while a block holds under 2 MiB of decoded data (at most
+        1024), so small chunks come in blocks that pay for the engine's work per block and per
+        decode job. With ``patch``, ``"auto"`` is 16 regions.
     max_inflight
         The most store reads in flight: a cap under which the engine picks the number itself
         (starting at 32). 512 lets one-sample chunks 100 ms away keep two decoders busy; the
@@ -185,7 +188,7 @@ class InSituDataset:
         geometries: Mapping[str, ArrayGeometry] | Sequence[ArrayGeometry] | None = None,
         *,
         batch_size: int = 32,
-        block_chunks: int = 16,
+        block_chunks: int | str = DEFAULT_BLOCK_CHUNKS,
         max_inflight: int = 512,
         seed: int = 0,
         shuffle: bool = True,
@@ -253,6 +256,10 @@ class InSituDataset:
         self.labels, self.statics, self.sample_dim = labels.sampled, labels.statics, labels.sample_dim
         sample_manifest, spatial = sample_splits(manifest, self.labels)
         self.manifest, self.spatial_split = sample_manifest, spatial
+        if self.patch_spec is None:  # a block of patches is regions, sized by the patch plans
+            self.options = self.options.with_chunk_bytes(
+                sample_manifest.chunk_len * sum(g.sample_nbytes for g in self.labels)
+            )
         self._plans = dataset_plans(
             sample_manifest,
             self.labels,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,20 @@ from insitu.errors import ConfigError
 #: The default ``cache_budget_bytes``: the whole dataset when it fits in a quarter of the memory
 #: available, else that quarter (see :func:`insitu.plan.budget.auto_budget`).
 DEFAULT_CACHE_BUDGET = "auto"
+
+#: The default ``block_chunks``: 16 chunks, or more where chunks are small (see
+#: :func:`auto_block_chunks`).
+DEFAULT_BLOCK_CHUNKS = "auto"
+#: Chunks per block that "auto" never goes below: a batch of one-sample chunks of a few hundred
+#: kB mixes up to this many chunks.
+AUTO_BLOCK_MIN = 16
+#: Chunks per block that "auto" never goes above.
+AUTO_BLOCK_MAX = 1024
+#: Decoded bytes "auto" gives one block at least (half of 16 one-sample chunks of a 181 x 360
+#: float32 field). Smaller chunks get more of them per block, so what a block costs the engine
+#: (planning, pins, one waiter, one release, decode jobs of several chunks) is paid for as many
+#: bytes.
+AUTO_BLOCK_BYTES = 2 << 20
 
 
 class BadChunkPolicy(enum.Enum):
@@ -55,6 +69,28 @@ class ReadOptions:
     seed: int
     shuffle: bool
     drop_last: bool
+    #: ``block_chunks="auto"``: ``block_chunks`` is :data:`AUTO_BLOCK_MIN` until the dataset's
+    #: arrays are known, then :func:`auto_block_chunks` of their chunk sizes.
+    auto_block: bool = False
+
+    def with_chunk_bytes(self, unit_nbytes: int) -> ReadOptions:
+        """These options once the decoded bytes of one chunk of every sampled array together
+        (``unit_nbytes``) are known: an "auto" block sized from them, else unchanged."""
+        if not self.auto_block:
+            return self
+        return replace(self, block_chunks=auto_block_chunks(unit_nbytes))
+
+
+def auto_block_chunks(unit_nbytes: int) -> int:
+    """Chunks per block for ``block_chunks="auto"``: :data:`AUTO_BLOCK_MIN`, doubled while a block
+    holds less than :data:`AUTO_BLOCK_BYTES` of decoded data, at most :data:`AUTO_BLOCK_MAX`.
+
+    Never fewer chunks than the fixed default of earlier releases: shuffles mix as well or better,
+    and a block's memory stays near :data:`AUTO_BLOCK_BYTES` where it grows."""
+    n = AUTO_BLOCK_MIN
+    while n < AUTO_BLOCK_MAX and n * max(1, unit_nbytes) < AUTO_BLOCK_BYTES:
+        n *= 2
+    return n
 
 
 @dataclass(frozen=True)
@@ -95,9 +131,10 @@ def read_options(
     ``drop_last`` booleans; a bad value raises ConfigError naming the argument. ``decode_threads``
     of ``None`` means one per CPU."""
     threads = (os.cpu_count() or 1) if decode_threads is None else decode_threads
+    auto_block = isinstance(block_chunks, str) and block_chunks == "auto"
     return ReadOptions(
         batch_size=positive_int("batch_size", batch_size),
-        block_chunks=positive_int("block_chunks", block_chunks),
+        block_chunks=AUTO_BLOCK_MIN if auto_block else positive_int("block_chunks", block_chunks),
         max_inflight=positive_int("max_inflight", max_inflight),
         prefetch=positive_int("prefetch", prefetch),
         readahead_blocks=positive_int("readahead_blocks", readahead_blocks),
@@ -105,6 +142,7 @@ def read_options(
         seed=seed_value("seed", seed),
         shuffle=flag("shuffle", shuffle),
         drop_last=flag("drop_last", drop_last),
+        auto_block=auto_block,
     )
 
 

@@ -272,6 +272,7 @@ class ArrayLoader:
         # job, into that thread's scratch; any other streamed slab decodes into a scratch slab of
         # its own and is transformed and scattered once every chunk of it is in.
         self.streams_in_job = reader is not None and reader.chunks_per_slab == 1 and self.transform is None
+        self._items_per_job = items_per_job(self.geom.slab_nbytes)
         self._shard_index: dict[tuple[int, ...], asyncio.Future[np.ndarray | None]] = {}
         self._zarr_array: Any = None
 
@@ -321,7 +322,7 @@ class ArrayLoader:
         pump = self._pump
         # Enough jobs to occupy every thread, few enough that one loop-to-thread hop
         # (and one completion callback) serves several chunks.
-        per_job = max(1, min(MAX_ITEMS_PER_JOB, -(-len(items) // pump.threads)))
+        per_job = max(1, min(self._items_per_job, -(-len(items) // pump.threads)))
         for i in range(0, len(items), per_job):
             pump.submit(self._job(items[i : i + per_job], local=True), priority)
 
@@ -582,8 +583,19 @@ class ArrayLoader:
         apool.unpin(entry, None)  # the load pin
 
 
-# Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per block.
-MAX_ITEMS_PER_JOB = 8
+# Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per
+# block. Small chunks take more per job, up to JOB_BYTES of decoded data: a job's hand-off to a
+# thread and its report back cost the same for 256 bytes as for 256 kB.
+MIN_ITEMS_PER_JOB = 8
+MAX_ITEMS_PER_JOB = 64
+JOB_BYTES = 2 << 20
+
+
+def items_per_job(slab_nbytes: int) -> int:
+    """Reads one decode job takes at most, for slabs of ``slab_nbytes`` decoded bytes."""
+    return max(MIN_ITEMS_PER_JOB, min(MAX_ITEMS_PER_JOB, JOB_BYTES // max(1, slab_nbytes)))
+
+
 # Requests in flight to a remote store before the controller has measured anything (the
 # former fixed default): from there it doubles while throughput follows.
 START_INFLIGHT = 32

@@ -65,14 +65,19 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[int]]:
     return grid
 
 
-def engine_defaults() -> dict[str, int]:
-    """The engine's own values of the swept dials (read from ``InSituDataset``'s signature)."""
+def engine_defaults(unit_nbytes: int | None = None) -> dict[str, int]:
+    """The engine's own values of the swept dials (read from ``InSituDataset``'s signature), an
+    ``"auto"`` one as the engine resolves it for chunks of ``unit_nbytes`` decoded bytes (one chunk
+    of every sampled array together; None: the smallest value "auto" takes)."""
     from insitu import InSituDataset
+    from insitu.options import AUTO_BLOCK_MIN, auto_block_chunks
 
     params = inspect.signature(InSituDataset.__init__).parameters
     out = {name: params[name].default for name in AXES}
     if out["decode_threads"] is None:
         out["decode_threads"] = os.cpu_count() or 1
+    if out["block_chunks"] == "auto":
+        out["block_chunks"] = AUTO_BLOCK_MIN if unit_nbytes is None else auto_block_chunks(unit_nbytes)
     return {k: int(v) for k, v in out.items()}
 
 

@@ -52,7 +52,8 @@ def bench(args: argparse.Namespace, config: Config, progress: Callable[[str], No
     """Open the store, run the baseline and the sweep; the report (JSON-able)."""
     started = time.perf_counter()
     target, open_s = open_target(args)
-    defaults = engine_defaults()
+    sampled = [g for g in target.geometries if g.label in target.fields]
+    defaults = engine_defaults(target.manifest.chunk_len * sum(g.sample_nbytes for g in sampled))
     plan = plan_sweep(target, config, defaults, open_s)
     progress(
         f"insitu bench: {len(plan.points)} setting(s) x {plan.rounds} round(s), {plan.slice_s:.2f} s each, "
