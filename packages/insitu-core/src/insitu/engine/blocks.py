@@ -121,7 +121,10 @@ class LiveBlock:
             if e.state == FAILED:
                 waiter.slab_done(e)
             else:
-                e.waiters.append(waiter)
+                if isinstance(e.waiters, list):
+                    e.waiters.append(waiter)
+                else:  # the first block to wait for it
+                    e.waiters = [waiter]
         return waiter
 
     def forget_settled_waiters(self) -> None:
@@ -129,7 +132,7 @@ class LiveBlock:
         failed block holds its error; a slab still loading must not keep that error alive)."""
         for e in self.entries():
             if e.waiters:
-                e.waiters = [w for w in e.waiters if not w.future.done()]
+                e.waiters = [w for w in e.waiters if not w.future.done()] or ()
 
     def take_waiter(self) -> BlockWaiter | None:
         """The waiter, handed over once (the emitter awaits it; nothing else needs it after)."""

@@ -94,7 +94,9 @@ class Slab:
         # (key, byte range, source) of every read that filled this slab, when a persisted cache
         # tracks them: how it tells on reuse whether the stored bytes changed since.
         self.sources: list[tuple[str, tuple[int, int] | None, str]] | None = None
-        self.waiters: list[BlockWaiter] = []
+        # Blocks waiting for this slab's load. An empty tuple until a block waits: a pool of a
+        # million cached slabs then holds no list per slab for the garbage collector to walk.
+        self.waiters: list[BlockWaiter] | tuple[()] = ()
         # Streamed (not pooled): the batch rows this slab's decoded rows are copied to; slot is -1.
         self.dests: Destinations | None = None
 
@@ -114,7 +116,7 @@ class Slab:
         """Mark the load done (or failed) and tell every waiting block."""
         self.state = READY if error is None else FAILED
         self.error = error
-        waiters, self.waiters = self.waiters, []
+        waiters, self.waiters = self.waiters, ()
         for w in waiters:
             w.slab_done(self)
 
