@@ -134,7 +134,7 @@ def read_options(
     auto_block = isinstance(block_chunks, str) and block_chunks == "auto"
     return ReadOptions(
         batch_size=positive_int("batch_size", batch_size),
-        block_chunks=AUTO_BLOCK_MIN if auto_block else positive_int("block_chunks", block_chunks),
+        block_chunks=AUTO_BLOCK_MIN if auto_block else _block_chunks(block_chunks),
         max_inflight=positive_int("max_inflight", max_inflight),
         prefetch=positive_int("prefetch", prefetch),
         readahead_blocks=positive_int("readahead_blocks", readahead_blocks),
@@ -200,6 +200,13 @@ def _budget(value: Any) -> int:
 
 # -- single-value checks, shared with the views and the order --------------------------------------
 _MAX_INT = 2**62  # far beyond any sample count; keeps numpy's int64 arithmetic exact
+
+
+def _block_chunks(value: Any) -> int:
+    """``block_chunks`` other than "auto": a positive integer, else a ConfigError naming both forms."""
+    if isinstance(value, str):
+        raise ConfigError(f"block_chunks must be a positive integer or 'auto', got {value!r}")
+    return positive_int("block_chunks", value)
 
 
 def positive_int(name: str, value: Any) -> int:
