@@ -194,7 +194,8 @@ def test_read_ahead_beyond_its_blocks_stays_under_its_byte_cap(monkeypatch: pyte
 
     source, values = _source()
     # 64 bytes a sample: a cap of 40 samples is less than the default read-ahead already holds.
-    monkeypatch.setattr(memory_model, "READAHEAD_CAP_BYTES", 40 * 64)
+    monkeypatch.setattr(memory_model, "READAHEAD_CAP_MIN", 40 * 64)
+    monkeypatch.setattr(memory_model, "READAHEAD_CAP_PER_THREAD", 1)
     store = PacedStore(source, slow_s=0.05)
     _defaults_epoch(store, values)
     assert store.most["slow"] <= DEFAULT_READAHEAD_CHUNKS

@@ -17,12 +17,14 @@ from insitu.arrays.transforms import SlabSpec
 from insitu.options import ReadOptions
 from insitu.plan import memory_model
 from insitu.plan.memory_model import (
-    READAHEAD_CAP_BYTES,
+    READAHEAD_CAP_MIN,
+    READAHEAD_CAP_PER_THREAD,
     arena_bytes,
     dataset_bytes,
     exceeds_readahead_cap,
     pass_footprint,
     readahead_bytes,
+    readahead_cap_bytes,
     readahead_rows,
     sample_bytes,
     slots_per_array,
@@ -113,19 +115,26 @@ def test_readahead_rows_take_the_widest_window_of_blocks_plus_the_prefetch_queue
     assert readahead_rows(_plan([0], batch_span=1, batch_size=4), readahead_blocks=2, prefetch=2) == 0
 
 
-def test_the_readahead_cap() -> None:
-    assert READAHEAD_CAP_BYTES == 256 << 20
+def test_the_readahead_cap_grows_with_the_decode_threads() -> None:
+    # What keeps decoders fed under latency is their rate times the latency: per thread.
+    assert readahead_cap_bytes(1) == readahead_cap_bytes(2) == READAHEAD_CAP_MIN == 64 << 20
+    assert readahead_cap_bytes(8) == 8 * READAHEAD_CAP_PER_THREAD == 256 << 20
+    assert readahead_cap_bytes(64) == 2 << 30
     row = 256
-    assert not exceeds_readahead_cap(READAHEAD_CAP_BYTES // row, row)  # exactly the cap: allowed
-    assert exceeds_readahead_cap(READAHEAD_CAP_BYTES // row + 1, row)
-    assert not exceeds_readahead_cap(10**12, 0)  # rows of no bytes never reach it
+    cap = readahead_cap_bytes(8)
+    assert not exceeds_readahead_cap(cap // row, row, 8)  # exactly the cap: allowed
+    assert exceeds_readahead_cap(cap // row + 1, row, 8)
+    assert exceeds_readahead_cap(cap // row + 1, row, 2)  # fewer threads: a lower cap
+    assert not exceeds_readahead_cap(10**12, 0, 2)  # rows of no bytes never reach it
 
 
 def test_the_readahead_cap_is_read_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     # The engine asks on every block it considers: a cap set later is the one that applies.
-    monkeypatch.setattr(memory_model, "READAHEAD_CAP_BYTES", 40 * 64)
-    assert not exceeds_readahead_cap(40, 64)
-    assert exceeds_readahead_cap(41, 64)
+    monkeypatch.setattr(memory_model, "READAHEAD_CAP_MIN", 40 * 64)
+    monkeypatch.setattr(memory_model, "READAHEAD_CAP_PER_THREAD", 10 * 64)
+    assert not exceeds_readahead_cap(40, 64, 2)
+    assert exceeds_readahead_cap(41, 64, 2)
+    assert not exceeds_readahead_cap(50, 64, 5)
 
 
 def test_pass_footprint() -> None:

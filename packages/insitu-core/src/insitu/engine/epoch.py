@@ -9,7 +9,7 @@ Two coroutines on the engine loop cooperate:
   remote store it goes further while the reads queued and in flight are fewer
   than twice the concurrency controller's limit (the controller only raises
   the limit while reads wait for slots, so demand must exceed it), up to
-  :data:`~insitu.plan.memory_model.READAHEAD_CAP_BYTES` of batch rows ahead of the consumer: at one
+  :func:`~insitu.plan.memory_model.readahead_cap_bytes` of batch rows ahead of the consumer: at one
   sample per chunk and 100 ms per GET, two blocks of 16 chunks would leave
   a limit of 256 with nothing to send;
 * the *emitter* waits until the blocks a batch touches are ready, has the
@@ -200,7 +200,9 @@ class EpochRun:
         if not engine.adapts_inflight:
             return False
         starts = self.plan.block_starts
-        if exceeds_readahead_cap(int(starts[b + 1] - starts[self._emitting]), self._sample_bytes):
+        if exceeds_readahead_cap(
+            int(starts[b + 1] - starts[self._emitting]), self._sample_bytes, engine.pump.threads
+        ):
             return False
         return engine.outstanding_reads < 2 * engine.inflight_limit
 
