@@ -66,6 +66,9 @@ class ArrayReader:
         other = [self._chunks_touched(d) for d in range(len(self.grid)) if d != ax]
         self._others = list(itertools.product(*other))
         self.chunks_per_slab = len(self._others)
+        # One chunk a slab, the sample axis first (most archives): its coords are (slab, *rest),
+        # made without the general per-slab list (reads() runs once per chunk read).
+        self._one_chunk_rest = self._others[0] if self.chunks_per_slab == 1 and ax == 0 else None
         self._full_slabs = geom.n_samples // geom.chunk_len  # slabs before this index hold chunk_len rows
         # A slab that is exactly one chunk with the sample axis first decodes straight into its slot.
         self.whole_slab = (
@@ -105,6 +108,13 @@ class ArrayReader:
     # -- unsharded ----------------------------------------------------------
     def reads(self, slabs: Iterable[int]) -> list[tuple[int, Read]]:
         """Whole-object reads for an unsharded array: ``[(slab, read)]``."""
+        rest, key = self._one_chunk_rest, self.key
+        if rest is not None:
+            return [
+                (s, Read(key(coords), None, (Piece(coords, 0, None),)))
+                for s in slabs
+                for coords in ((s, *rest),)
+            ]
         return [
             (s, Read(self.key(coords), None, (Piece(coords, 0, None),)))
             for s in slabs

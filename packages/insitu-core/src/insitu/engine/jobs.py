@@ -73,9 +73,9 @@ class DecodeJob(Job):
     """Read (local files) and decode several reads' pieces into their slab slots.
 
     ``on_done(job, results)`` gets one ``(nbytes, errors, missing)`` per item (or the exception
-    that failed the job as a whole),
-    where ``errors[i]`` is None or the exception of piece ``i`` and
-    ``missing`` says the object was absent (fill value written).
+    that failed the job as a whole), where ``errors`` is None when every piece was placed (the
+    common case, told apart without a list per chunk), else ``errors[i]`` is None or the
+    exception of piece ``i``; ``missing`` says the object was absent (fill value written).
     """
 
     reader: ArrayReader
@@ -86,11 +86,11 @@ class DecodeJob(Job):
     track_sources: bool = False  # set each item's ``source`` (a persisted cache checks it on reuse)
     scratch: ScratchBuffers | None = None  # where streamed slabs decode (views of None)
 
-    def run(self) -> list[tuple[int, list[BaseException | None], bool]]:
+    def run(self) -> list[tuple[int, list[BaseException | None] | None, bool]]:
         """Read (when local) and decode every item: one ``(nbytes, errors, missing)`` per item."""
         return [self._run_item(item) for item in self.items]
 
-    def _run_item(self, item: ReadItem) -> tuple[int, list[BaseException | None], bool]:
+    def _run_item(self, item: ReadItem) -> tuple[int, list[BaseException | None] | None, bool]:
         raw = item.raw
         read = item.read
         if self.local is not None:
@@ -109,7 +109,7 @@ class DecodeJob(Job):
                 view, copy = self._view(item, i)
                 self.reader.fill(piece.coords, self.reader.geom.fill_value, view)
                 self._scatter(item, i, view, copy)
-            return 0, [None] * len(item.views), True
+            return 0, None, True
         if len(read.pieces) == 1 and read.pieces[0].length is None:  # the common whole-chunk case
             view, copy = self._view(item, 0)
             if item.views[0] is not None and view.flags.c_contiguous:
@@ -120,7 +120,7 @@ class DecodeJob(Job):
             except Exception as exc:
                 error = self._fill(item, 0, exc, view)
             self._scatter(item, 0, view, copy)
-            return len(raw), [error], False
+            return len(raw), None if error is None else [error], False
         errors: list[BaseException | None] = []
         mv = memoryview(raw)
         for i, piece in enumerate(read.pieces):
@@ -132,7 +132,7 @@ class DecodeJob(Job):
             except Exception as exc:
                 errors.append(self._fill(item, i, exc, view))
             self._scatter(item, i, view, copy)
-        return len(raw), errors, False
+        return len(raw), errors if any(e is not None for e in errors) else None, False
 
     def _view(self, item: ReadItem, i: int) -> tuple[np.ndarray, bool]:
         """Where piece ``i`` decodes: its slot region, or for a streamed slab the one batch row it

@@ -273,6 +273,7 @@ class ArrayLoader:
         # its own and is transformed and scattered once every chunk of it is in.
         self.streams_in_job = reader is not None and reader.chunks_per_slab == 1 and self.transform is None
         self._items_per_job = items_per_job(self.geom.slab_nbytes)
+        self._sample_nbytes = apool.spec.sample_nbytes
         self._shard_index: dict[tuple[int, ...], asyncio.Future[np.ndarray | None]] = {}
         self._zarr_array: Any = None
 
@@ -305,7 +306,10 @@ class ArrayLoader:
             for shard, wanted in reader.shards_of(by_slab).items():
                 self._spawn(self._load_shard(shard, wanted, by_slab, priority))
             return
-        items = [self._item(read, [by_slab[slab]] * len(read.pieces)) for slab, read in reader.reads(by_slab)]
+        target, items = self.target, []
+        for slab, read in reader.reads(by_slab):  # one slot view per slab, shared by its pieces
+            entry, n = by_slab[slab], len(read.pieces)
+            items.append(ReadItem(read, [entry] * n, [target(entry)] * n))
         self._dispatch(items, priority)
 
     def _item(self, read: Read, targets: list[Slab]) -> ReadItem:
@@ -485,6 +489,14 @@ class ArrayLoader:
                         entry.sources.append((read.key, read.byte_range, item.source))
             if missing:
                 stats.missing_chunks += len(item.targets)
+            if errors is None:  # every piece placed (the fill value, for a missing object)
+                if not missing:
+                    stats.chunks_decoded += len(item.targets)
+                for entry in item.targets:
+                    entry.pending -= 1
+                    if entry.pending == 0:
+                        self._slab_complete(entry)
+                continue
             for piece, entry, err in zip(item.read.pieces, item.targets, errors, strict=True):
                 if err is None:
                     if not missing:
@@ -525,12 +537,16 @@ class ArrayLoader:
                 entry.bad = True
         entry.pending -= 1
         if entry.pending == 0:
-            if entry.is_streamed and entry.scratch is not None and entry.error is None:
-                self._scatter_streamed(entry)
-            elif entry.error is None and self.transform is not None:
-                self._transform(entry)
-            else:
-                self._finish_slab(entry, entry.error)
+            self._slab_complete(entry)
+
+    def _slab_complete(self, entry: Slab) -> None:
+        """Every chunk of ``entry`` is in (or failed): scatter, transform or finish it."""
+        if entry.is_streamed and entry.scratch is not None and entry.error is None:
+            self._scatter_streamed(entry)
+        elif entry.error is None and self.transform is not None:
+            self._transform(entry)
+        else:
+            self._finish_slab(entry, entry.error)
 
     def _scatter_streamed(self, entry: Slab) -> None:
         """A streamed slab placed in a scratch slab of its own: transform it, then copy its rows to
@@ -565,7 +581,7 @@ class ArrayLoader:
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
         if error is None:
-            self.stats.bytes_decoded += self.apool.rows(entry.slab) * self.apool.spec.sample_nbytes
+            self.stats.bytes_decoded += self.apool.rows(entry.slab) * self._sample_nbytes
         if entry.is_streamed:  # never in the pool: nothing to mark or unpin
             if error is None:
                 self.stats.slabs_streamed += 1

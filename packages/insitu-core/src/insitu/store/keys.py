@@ -21,8 +21,14 @@ def chunk_key_encoder(metadata: Mapping[str, Any], array_path: str) -> Any:
     if name != "default":
         raise ValueError(f"unknown chunk key encoding {name!r}")
     sep = cfg.get("separator", "/")
+    # One format per number of dimensions: a key is made per chunk read, and formatting makes no
+    # list for the garbage collector to count, as joining a list of the parts would.
+    formats: dict[int, str] = {}
 
     def encode(coords: Sequence[int]) -> str:
-        return prefix + sep.join(["c", *map(str, coords)])
+        fmt = formats.get(len(coords))
+        if fmt is None:
+            fmt = formats[len(coords)] = sep.join([f"{prefix}c", *(["{}"] * len(coords))])
+        return fmt.format(*coords)
 
     return encode
