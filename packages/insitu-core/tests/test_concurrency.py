@@ -207,3 +207,30 @@ def test_limiter_follows_the_limit_and_hands_slots_on() -> None:
         return peak
 
     assert max(asyncio.run(main())) == 5
+
+
+def test_waiters_cancelled_together_while_slots_free_up_leave_cleanly() -> None:
+    # What stopping a pass mid-epoch does (the exit handler cancels every task of the engine in
+    # one sweep): the task holding a slot is cancelled first and gives its slot back before the
+    # cancelled waiters resume, and wake() then drops their cancelled futures from the queue. Each
+    # waiter must still end with its CancelledError, not a ValueError from looking for its future
+    # in the queue (hundreds of "Task exception was never retrieved" at exit).
+    async def main() -> tuple[list[BaseException | None], int]:
+        limiter = AdaptiveLimiter(ConcurrencyController(8, start=1))
+
+        async def one() -> None:
+            async with limiter:
+                await asyncio.Event().wait()  # a request that never returns
+
+        tasks = [asyncio.create_task(one()) for _ in range(4)]
+        await asyncio.sleep(0)
+        assert limiter.in_use == 1
+        assert limiter.waiting
+        for task in tasks:  # the slot's holder first, as the tasks were made
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return [r if isinstance(r, BaseException) else None for r in results], limiter.in_use
+
+    errors, in_use = asyncio.run(main())
+    assert all(isinstance(e, asyncio.CancelledError) for e in errors), errors
+    assert in_use == 0

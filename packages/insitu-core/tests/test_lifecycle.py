@@ -72,6 +72,33 @@ def test_script_that_never_closes_exits_promptly_and_quietly(case: str, root: Pa
     assert proc.stderr == "", proc.stderr  # no 'coroutine was never awaited', no thread tracebacks
 
 
+def test_a_script_leaving_a_remote_pass_with_reads_queued_exits_quietly(tmp_path: Path) -> None:
+    # Reads queued for a slot of the in-flight limit when the script ends (a store 20 ms away,
+    # one-sample chunks, the loop left after a few batches, no close()): the exit handler cancels
+    # them with the reads holding slots, which freed slots before the queued ones resumed. Each
+    # queued read then failed to find its place in the queue, and stderr filled with hundreds of
+    # "Task exception was never retrieved ... ValueError".
+    data = tmp_path / "d.zarr"
+    write_array(data, "x", field(3000, (4,), seed=1), (1, 4))
+    code = textwrap.dedent(f"""
+        import insitu
+        from zarr.storage import LocalStore
+        from zarr.testing.store import LatencyStore
+        store = LatencyStore(LocalStore({str(data)!r}, read_only=True), get_latency=0.02, set_latency=0.0)
+        g = insitu.open_geometries(store, ["x"])
+        ds = insitu.InSituDataset(store, insitu.split_by_chunk(g["x"], (1.0,)), g, batch_size=32)
+        for i, batch in enumerate(ds.train):
+            if i == 5:
+                break
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=EXIT_TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Task exception was never retrieved" not in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_a_script_holding_an_iterator_over_a_million_chunks_exits_quietly(tmp_path: Path) -> None:
     # Seen from a planning benchmark holding such an iterator at exit, intermittently: the epoch's
     # tasks were destroyed pending during interpreter shutdown ("Task was destroyed but it is

@@ -284,7 +284,7 @@ class AdaptiveLimiter:
         except BaseException:
             if fut.done() and not fut.cancelled():
                 self.release()  # granted, then cancelled before using it: hand the slot on
-            else:
+            elif fut in self._waiters:  # wake() drops futures it finds cancelled: maybe gone
                 self._waiters.remove(fut)
             raise
 
