@@ -95,11 +95,11 @@ class LiveBlock:
         streamed: list[int] = []
         for i in missing:
             s = slabs[i]
-            e = apool.reserve(s, evict=evict or (next_use is not None and next_use[i] >= 0))
+            # Pinned twice at once: the load's pin (its completion releases it) and the block's.
+            e = apool.reserve(s, evict=evict or (next_use is not None and next_use[i] >= 0), pins=2)
             if e is None:
                 streamed.append(s)
                 continue
-            apool.pin(e)
             fresh.append(e)
             held[i] = e
         return fresh, streamed

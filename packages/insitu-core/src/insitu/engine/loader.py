@@ -282,7 +282,7 @@ class ArrayLoader:
         :class:`insitu.engine.jobs.DecodeJob`)."""
         if entry.scratch is not None:
             return entry.scratch
-        return None if entry.is_streamed else self.apool.view(entry.slot)
+        return None if entry.dests is not None else self.apool.view(entry.slot)  # streamed: no slot
 
     def load(self, entries: Sequence[Slab], priority: int) -> None:
         """Start loading ``entries`` (slabs of this array): reads, decode jobs at ``priority``, then
@@ -541,7 +541,7 @@ class ArrayLoader:
 
     def _slab_complete(self, entry: Slab) -> None:
         """Every chunk of ``entry`` is in (or failed): scatter, transform or finish it."""
-        if entry.is_streamed and entry.scratch is not None and entry.error is None:
+        if entry.dests is not None and entry.scratch is not None and entry.error is None:  # streamed
             self._scatter_streamed(entry)
         elif entry.error is None and self.transform is not None:
             self._transform(entry)
@@ -582,7 +582,7 @@ class ArrayLoader:
         entry.scratch = None
         if error is None:
             self.stats.bytes_decoded += self.apool.rows(entry.slab) * self._sample_nbytes
-        if entry.is_streamed:  # never in the pool: nothing to mark or unpin
+        if entry.dests is not None:  # streamed, never in the pool: nothing to mark or unpin
             if error is None:
                 self.stats.slabs_streamed += 1
             entry.finish(error)

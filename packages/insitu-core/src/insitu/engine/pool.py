@@ -148,6 +148,7 @@ class ArrayPool:
     def __init__(self, geom: ArrayGeometry, n_slots: int, arena: np.ndarray, spec: SlabSpec) -> None:
         self.geom = geom
         self.spec = spec
+        self._slot_nbytes = spec.nbytes  # asked once per slot taken: the spec never changes
         self.n_slots = n_slots
         self.arena = arena
         # int32: 4 bytes a slab of the whole array (40 MB at ten million chunks); slots never near 2**31.
@@ -180,11 +181,11 @@ class ArrayPool:
 
     def _take_free(self) -> int | None:
         if self._free:
-            self.resident.add(self.slot_nbytes)
+            self.resident.add(self._slot_nbytes)
             return self._free.pop()
         if self._fresh < self.n_slots:
             self._fresh += 1
-            self.resident.add(self.slot_nbytes)
+            self.resident.add(self._slot_nbytes)
             return self._fresh - 1
         return None
 
@@ -245,15 +246,15 @@ class ArrayPool:
             entry.next_use = use
             heapq.heappush(self._wanted, (-use, next(self._seq), slab))
 
-    def reserve(self, slab: int, *, evict: bool = True) -> Slab | None:
-        """Take a slot for ``slab``, pinned once: a free one, else (with ``evict``) one whose slab is
-        not needed soonest; None if there is none."""
+    def reserve(self, slab: int, *, evict: bool = True, pins: int = 1) -> Slab | None:
+        """Take a slot for ``slab``, pinned ``pins`` times: a free one, else (with ``evict``) one
+        whose slab is not needed soonest; None if there is none."""
         slot = self._take_free()
         if slot is None and evict:
             slot = self._evict()
         if slot is None:
             return None
-        entry = Slab(slab, slot, pins=1)
+        entry = Slab(slab, slot, pins=pins)
         self.entries[slab] = entry
         return entry
 
