@@ -176,7 +176,9 @@ class EpochPlan:
 
     def block_of(self, position: int) -> int:
         """Block holding anchor ``position`` of the epoch order."""
-        return int(np.searchsorted(self.block_starts, position, side="right") - 1)
+        # The array's own method: np.searchsorted's dispatch wrapper cost more than the search
+        # (this runs a few times per batch, on the loop).
+        return int(self.block_starts.searchsorted(position, side="right")) - 1
 
     @functools.cached_property
     def distinct_chunks(self) -> int:
