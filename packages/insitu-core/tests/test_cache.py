@@ -52,6 +52,16 @@ def test_second_run_reads_nothing(root: Path, tmp_path: Path) -> None:
     assert stats["slabs_loaded"] == 0
 
 
+def test_a_run_that_read_nothing_keeps_the_whole_cache_for_the_next(root: Path, tmp_path: Path) -> None:
+    # The second run adopts every slab and keeps them without per-slab entries; its index must
+    # still list them all, or the third run would read them again.
+    _run(root, tmp_path / "cache", True)
+    for _ in range(2):
+        again, stats = _run(root, tmp_path / "cache", True)
+        assert sum(again.chunk_gets().values()) == 0
+        assert stats["slabs_loaded"] == 0
+
+
 def test_cache_dir_without_persist_leaves_nothing_behind(root: Path, tmp_path: Path) -> None:
     _run(root, tmp_path / "scratch", False)
     assert list((tmp_path / "scratch").iterdir()) == []

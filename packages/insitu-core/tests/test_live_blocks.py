@@ -57,8 +57,10 @@ def test_resident_slabs_are_pinned_first_and_the_missing_are_reported() -> None:
     block = LiveBlock(0)
     missing = block.pin_resident("a", apool, [1, 5, 6])
     assert missing == [0, 2]
-    assert block.pinned["a"] == [None, resident, None]
-    assert resident.pins == 1
+    held = block.pinned["a"][1]
+    assert block.pinned["a"] == [None, held, None]
+    assert held is not None
+    assert (held.slab, held.slot, held.pins) == (5, resident.slot, 1)
     # One free slot left: the first missing slab takes it; the pinned one cannot be evicted.
     fresh, streamed = block.reserve_missing("a", apool, [1, 5, 6], missing, None)
     assert [e.slab for e in fresh] == [1]
@@ -92,8 +94,8 @@ def test_release_unpins_each_slab_with_its_next_use() -> None:
     block = LiveBlock(0)
     assert block.pin_resident("a", apool, [0, 1]) == []
     block.release({"a": apool}, {"a": needs})
-    assert (a.pins, a.next_use) == (0, None)
-    assert (b.pins, b.next_use) == (0, 1)
+    assert (a.pins, apool.planned_use(0)) == (0, None)
+    assert (b.pins, apool.planned_use(1)) == (0, 1)
 
 
 def test_release_skips_slabs_never_pinned() -> None:
@@ -111,9 +113,10 @@ def test_the_waiter_counts_loading_slabs_and_is_handed_over_once() -> None:
     async def run() -> None:
         loop = asyncio.get_running_loop()
         apool = _pool(n_slabs=8, n_slots=4)
-        ready = _loaded(apool, 0)
+        _loaded(apool, 0)
         block = LiveBlock(0)
         block.pin_resident("a", apool, [0])
+        ready = block.pinned["a"][0]
         assert block.watch(loop) is None  # every slab ready: nothing to wait for
         loading = apool.reserve(1)
         assert loading is not None

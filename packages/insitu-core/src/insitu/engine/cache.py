@@ -42,7 +42,7 @@ from zarr.abc.store import Store
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.arrays.transforms import SlabSpec, transform_fingerprint
 from insitu.engine.diskspace import disk_full, is_no_space, reserve, write_all
-from insitu.engine.pool import READY, ChunkPool
+from insitu.engine.pool import ChunkPool
 from insitu.errors import CacheDiskFullError, CacheInUseError, ConfigError, StaleCacheError
 from insitu.options import CacheOptions
 from insitu.plan.memory_model import arena_bytes
@@ -311,13 +311,14 @@ class PersistentCache:
         arrays: dict[str, Any] = dict(self._others)
         for path, apool in pool.arrays.items():
             slabs = {}
-            for slab, e in apool.entries.items():
-                if e.state != READY or e.bad:
+            adopted = self._adopt.get(path, {})
+            for slab, slot, e in apool.ready_slabs():
+                if apool.bad[slab]:
                     continue
-                if e.sources is None and slab not in self._adopt.get(path, {}):
+                if (e is None or e.sources is None) and slab not in adopted:
                     continue  # loaded without source tracking: cannot be checked on reuse
-                sources = _sources_of(e, self._adopt.get(path, {}).get(slab))
-                slabs[str(slab)] = _entry(path, slab, e.slot, _crc(path, slab, apool.view(e.slot)), sources)
+                sources = _sources_of(e, adopted.get(slab))
+                slabs[str(slab)] = _entry(path, slab, slot, _crc(path, slab, apool.view(slot)), sources)
             spec = self.specs[path]
             arrays[path] = {
                 "fingerprint": self.fingerprints[path],
@@ -405,8 +406,8 @@ def _fsync_dir(path: Path) -> None:
 
 def _sources_of(entry: Any, adopted: Mapping[str, Any] | None) -> list[list[Any]]:
     """The distinct (key, range, source) of a slab: tracked while loading, or carried over from
-    the entry it was adopted from."""
-    if entry.sources is not None:
+    the entry it was adopted from (``entry`` None: a ready slab the pool keeps without one)."""
+    if entry is not None and entry.sources is not None:
         seen = {(k, tuple(r) if r is not None else None, src) for k, r, src in entry.sources}
         return [[k, list(r) if r is not None else None, src] for k, r, src in sorted(seen, key=str)]
     return list(adopted["sources"]) if adopted is not None else []

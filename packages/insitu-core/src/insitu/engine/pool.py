@@ -12,6 +12,13 @@ running epoch needs again (least recently used first), then the slab whose
 next use is furthest away (Belady), so a slab shared by two blocks of one
 epoch is decoded once when the budget allows.
 
+A slab that is ready and unpinned keeps no :class:`Slab` object: it is its
+slot in ``slab_to_slot`` and its place in the eviction order, both plain
+integers, and an object is made again when a block pins it. A cache of a
+million slabs then adds nothing for the garbage collector to walk, where an
+object per slab made every full collection of a pass over small chunks
+slower as the cache filled.
+
 All bookkeeping runs on the engine's event-loop thread; decode and gather
 threads only touch arena rows of slabs that are pinned.
 """
@@ -68,7 +75,6 @@ class Slab:
         "bad",
         "dests",
         "error",
-        "next_use",
         "pending",
         "pins",
         "scratch",
@@ -84,7 +90,6 @@ class Slab:
         self.slot = slot
         self.pins = pins
         self.state = state
-        self.next_use: int | None = None  # position of the next planned use by a running epoch
         self.bad = False  # holds a filled-in bad chunk (on_bad_chunk="nan"/"skip")
         self.error: BaseException | None = None
         self.pending = 0  # chunks still to be placed
@@ -154,6 +159,8 @@ class ArrayPool:
         # int32: 4 bytes a slab of the whole array (40 MB at ten million chunks); slots never near 2**31.
         self.slab_to_slot = np.full(geom.n_slabs, -1, dtype=np.int32)
         self.bad = np.zeros(geom.n_slabs, dtype=bool)  # slab holds a filled-in bad chunk
+        # Slabs loading or pinned (or tracking their sources for a persisted cache); a ready,
+        # unpinned slab has none: it is its slot in slab_to_slot (see the module docstring).
         self.entries: dict[int, Slab] = {}
         # Slots [_fresh, n_slots) were never handed out; _free holds slots given back since. (A
         # list of every slot up front costs a Python int per slot: seconds at millions of slots.)
@@ -161,6 +168,8 @@ class ArrayPool:
         self._free: list[int] = []
         self._spare: OrderedDict[int, None] = OrderedDict()  # unpinned, no planned use: LRU order
         self._wanted: list[tuple[int, int, int]] = []  # heap of (-next_use, seq, slab)
+        # Unpinned slabs with a planned use, and that use: a heap item whose use differs is stale.
+        self._wanted_at: dict[int, int] = {}
         self._seq = itertools.count()
         self.resident = ResidentBytes()  # shared by every array once a ChunkPool holds this one
 
@@ -205,27 +214,41 @@ class ArrayPool:
         return min(c, self.geom.n_samples - slab * c)
 
     def get(self, slab: int) -> Slab | None:
-        """The entry of a resident or loading ``slab``; ``None`` when it is not in the pool."""
-        return self.entries.get(slab)
+        """The entry of a resident or loading ``slab``; ``None`` when it is not in the pool. A ready
+        slab kept without an entry gets one again here (it is about to be pinned)."""
+        entry = self.entries.get(slab)
+        if entry is None:
+            slot = int(self.slab_to_slot[slab])
+            if slot >= 0:
+                entry = self.entries[slab] = Slab(slab, slot, state=READY)
+                entry.bad = bool(self.bad[slab])
+        return entry
 
     def pin(self, entry: Slab) -> None:
         """Keep ``entry`` resident (not evictable) until a matching :meth:`unpin`."""
         entry.pins += 1
         self._spare.pop(entry.slab, None)
-        entry.next_use = None
+        self._wanted_at.pop(entry.slab, None)
 
     def unpin(self, entry: Slab, next_use: int | None) -> None:
         """Release one pin; once none are left, the slab becomes evictable: by LRU when ``next_use`` is
-        ``None``, else the slab needed last goes first."""
+        ``None``, else the slab needed last goes first. A ready slab then drops its entry."""
         entry.pins -= 1
-        if entry.pins > 0 or self.entries.get(entry.slab) is not entry:
+        slab = entry.slab
+        if entry.pins > 0 or self.entries.get(slab) is not entry:
             return
-        entry.next_use = next_use
         if next_use is None:
-            self._spare[entry.slab] = None
-            self._spare.move_to_end(entry.slab)
+            self._spare[slab] = None
+            self._spare.move_to_end(slab)
         else:
-            heapq.heappush(self._wanted, (-next_use, next(self._seq), entry.slab))
+            self._wanted_at[slab] = next_use
+            heapq.heappush(self._wanted, (-next_use, next(self._seq), slab))
+        if entry.state == READY and entry.sources is None:
+            del self.entries[slab]
+
+    def planned_use(self, slab: int) -> int | None:
+        """The next planned use of an unpinned resident ``slab`` (None: none, or pinned)."""
+        return self._wanted_at.get(slab)
 
     def expect(self, slabs: np.ndarray, first_use: np.ndarray) -> None:
         """A starting pass will use ``slabs`` first at blocks ``first_use``: resident ones waiting as
@@ -239,11 +262,8 @@ class ArrayPool:
         first_of[slabs] = first_use
         uses = first_of[spare]
         for slab, use in zip(spare[uses >= 0].tolist(), uses[uses >= 0].tolist(), strict=True):
-            entry = self.entries.get(slab)
-            if entry is None or entry.pins:
-                continue
-            del self._spare[slab]
-            entry.next_use = use
+            del self._spare[slab]  # spare slabs are unpinned: pin() takes a slab out of the spares
+            self._wanted_at[slab] = use
             heapq.heappush(self._wanted, (-use, next(self._seq), slab))
 
     def reserve(self, slab: int, *, evict: bool = True, pins: int = 1) -> Slab | None:
@@ -266,9 +286,7 @@ class ArrayPool:
         self._free = [s for s in [*self._free, *range(self._fresh, top)] if s not in taken]
         self._fresh = max(self._fresh, top)
         self.resident.add((self.slots_in_use - before) * self.slot_nbytes)
-        for slab, slot in slots.items():
-            entry = Slab(slab, slot, state=READY)
-            self.entries[slab] = entry
+        for slab, slot in slots.items():  # ready and unpinned: no entry (see get)
             self.slab_to_slot[slab] = slot
             self._spare[slab] = None
 
@@ -283,27 +301,37 @@ class ArrayPool:
             self.slab_to_slot[entry.slab] = -1
             self.bad[entry.slab] = False
             self._spare.pop(entry.slab, None)
+            self._wanted_at.pop(entry.slab, None)
             self._free.append(entry.slot)
             self.resident.add(-self.slot_nbytes)
 
-    def _evict(self) -> int | None:
-        while self._spare:
-            slab, _ = self._spare.popitem(last=False)
+    def ready_slabs(self) -> list[tuple[int, int, Slab | None]]:
+        """Every ready slab as ``(slab, slot, entry)``; the entry is None for a slab kept without one."""
+        out = []
+        for slab in np.flatnonzero(self.slab_to_slot >= 0).tolist():
             entry = self.entries.get(slab)
-            if entry is not None and entry.pins == 0:
-                return self._drop(entry)
+            if entry is None or entry.state == READY:
+                out.append((slab, int(self.slab_to_slot[slab]), entry))
+        return out
+
+    def _evict(self) -> int | None:
+        # Both orders hold unpinned slabs only (pin() takes a slab out of them), hence ready ones.
+        if self._spare:
+            slab, _ = self._spare.popitem(last=False)
+            return self._drop(slab)
         while self._wanted:
             neg_use, _, slab = heapq.heappop(self._wanted)
-            entry = self.entries.get(slab)
-            if entry is not None and entry.pins == 0 and entry.next_use == -neg_use:
-                return self._drop(entry)
+            if self._wanted_at.get(slab) == -neg_use:
+                del self._wanted_at[slab]
+                return self._drop(slab)
         return None
 
-    def _drop(self, entry: Slab) -> int:
-        del self.entries[entry.slab]
-        self.slab_to_slot[entry.slab] = -1
-        self.bad[entry.slab] = False
-        return entry.slot
+    def _drop(self, slab: int) -> int:
+        self.entries.pop(slab, None)
+        slot = int(self.slab_to_slot[slab])
+        self.slab_to_slot[slab] = -1
+        self.bad[slab] = False
+        return slot
 
 
 def allocate_arena(geom: ArrayGeometry, n_slots: int, spec: SlabSpec | None = None) -> np.ndarray:
