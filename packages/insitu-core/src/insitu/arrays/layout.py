@@ -106,15 +106,16 @@ class ArrayReader:
         return min(c, self.geom.n_samples - slab * c)
 
     # -- unsharded ----------------------------------------------------------
+    def single_reads(self, slabs: Iterable[int]) -> list[Read] | None:
+        """One whole-object read per slab, in the order of ``slabs``, when each slab of this
+        unsharded array is one stored chunk; None otherwise (see :meth:`reads`)."""
+        rest, key = self._one_chunk_rest, self.key
+        if rest is None:
+            return None
+        return [Read(key(coords), None, (Piece(coords, 0, None),)) for coords in [(s, *rest) for s in slabs]]
+
     def reads(self, slabs: Iterable[int]) -> list[tuple[int, Read]]:
         """Whole-object reads for an unsharded array: ``[(slab, read)]``."""
-        rest, key = self._one_chunk_rest, self.key
-        if rest is not None:
-            return [
-                (s, Read(key(coords), None, (Piece(coords, 0, None),)))
-                for s in slabs
-                for coords in ((s, *rest),)
-            ]
         return [
             (s, Read(self.key(coords), None, (Piece(coords, 0, None),)))
             for s in slabs

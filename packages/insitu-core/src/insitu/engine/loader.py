@@ -287,29 +287,38 @@ class ArrayLoader:
     def load(self, entries: Sequence[Slab], priority: int) -> None:
         """Start loading ``entries`` (slabs of this array): reads, decode jobs at ``priority``, then
         transforms; each entry's waiters are told when it is ready or failed."""
-        if self.settings.track_sources:
-            for e in entries:
-                e.sources = [] if not e.is_streamed else None
-        for e in entries:
-            if self.uses_scratch or (e.is_streamed and not self.streams_in_job):
-                e.scratch = np.empty(self.geom.slab_shape, self.geom.dtype)
         reader = self.reader
+        track, uses_scratch, own_scratch = (
+            self.settings.track_sources,
+            self.uses_scratch,
+            not self.streams_in_job,
+        )
+        pending = 1 if reader is None else reader.chunks_per_slab
+        for e in entries:  # one pass: this runs for every slab a cold pass loads, on the loop
+            streamed = e.dests is not None
+            if track:
+                e.sources = None if streamed else []
+            if uses_scratch or (streamed and own_scratch):
+                e.scratch = np.empty(self.geom.slab_shape, self.geom.dtype)
+            e.pending = pending
         if reader is None:
             for e in entries:
-                e.pending = 1
                 self._spawn(self._load_via_zarr(e))
             return
-        for e in entries:
-            e.pending = reader.chunks_per_slab
-        by_slab = {e.slab: e for e in entries}
+        target = self.target
         if reader.geom.is_sharded:
+            by_slab = {e.slab: e for e in entries}
             for shard, wanted in reader.shards_of(by_slab).items():
                 self._spawn(self._load_shard(shard, wanted, by_slab, priority))
             return
-        target, items = self.target, []
-        for slab, read in reader.reads(by_slab):  # one slot view per slab, shared by its pieces
-            entry, n = by_slab[slab], len(read.pieces)
-            items.append(ReadItem(read, [entry] * n, [target(entry)] * n))
+        single = reader.single_reads([e.slab for e in entries])
+        if single is not None:  # one stored chunk per slab: the reads pair with the entries
+            items = [ReadItem(read, [e], [target(e)]) for e, read in zip(entries, single, strict=True)]
+        else:
+            by_slab, items = {e.slab: e for e in entries}, []
+            for slab, read in reader.reads(by_slab):  # one slot view per slab, shared by its pieces
+                entry, n = by_slab[slab], len(read.pieces)
+                items.append(ReadItem(read, [entry] * n, [target(entry)] * n))
         self._dispatch(items, priority)
 
     def _item(self, read: Read, targets: list[Slab]) -> ReadItem:
@@ -480,8 +489,11 @@ class ArrayLoader:
                         entry.error = results
                     self._piece_done(entry, None)
             return
+        # Counted once per job: this loop runs for every chunk read, on the loop.
+        read_bytes = decoded = 0
+        simple = self.transform is None and not self.uses_scratch  # a loaded slab is ready as placed
         for item, (nbytes, errors, missing) in zip(job.items, results, strict=True):
-            stats.bytes_read += nbytes
+            read_bytes += nbytes
             if item.source is not None:
                 read = item.read
                 for entry in item.targets:
@@ -491,11 +503,14 @@ class ArrayLoader:
                 stats.missing_chunks += len(item.targets)
             if errors is None:  # every piece placed (the fill value, for a missing object)
                 if not missing:
-                    stats.chunks_decoded += len(item.targets)
+                    decoded += len(item.targets)
                 for entry in item.targets:
                     entry.pending -= 1
                     if entry.pending == 0:
-                        self._slab_complete(entry)
+                        if simple and entry.dests is None and entry.error is None:
+                            self._pooled_ready(entry)
+                        else:
+                            self._slab_complete(entry)
                 continue
             for piece, entry, err in zip(item.read.pieces, item.targets, errors, strict=True):
                 if err is None:
@@ -507,6 +522,8 @@ class ArrayLoader:
                 else:
                     bad = BadChunkError(self.path, _piece_key(item.read, piece), repr(err))
                     self._piece_done(entry, bad, _bad_kind(err))
+        stats.bytes_read += read_bytes
+        stats.chunks_decoded += decoded
 
     def fail_read(self, item: ReadItem, exc: BaseException) -> None:
         """Every piece of ``item`` failed with ``exc``, raised while fetching it: a store outage
@@ -578,25 +595,32 @@ class ArrayLoader:
 
         self._pump.submit(CallJob(run, lambda res: self._finish_slab(entry, _error_or_none(res))))
 
+    def _pooled_ready(self, entry: Slab) -> None:
+        """A pooled slab placed whole in its slot, with no transform to run: what
+        :meth:`_finish_slab` does for it, without the branches for the other cases (this runs for
+        every slab a cold pass loads, on the loop)."""
+        apool, stats, slab = self.apool, self.stats, entry.slab
+        stats.bytes_decoded += apool.rows(slab) * self._sample_nbytes
+        stats.slabs_loaded += 1
+        apool.slab_to_slot[slab] = entry.slot
+        if entry.bad:
+            apool.bad[slab] = True
+        entry.finish(None)
+        apool.unpin(entry, None)  # the load pin
+
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
-        if error is None:
-            self.stats.bytes_decoded += self.apool.rows(entry.slab) * self._sample_nbytes
         if entry.dests is not None:  # streamed, never in the pool: nothing to mark or unpin
             if error is None:
+                self.stats.bytes_decoded += self.apool.rows(entry.slab) * self._sample_nbytes
                 self.stats.slabs_streamed += 1
             entry.finish(error)
-            return
-        apool = self.apool
-        if error is not None:
-            apool.discard(entry)
+        elif error is None:
+            self._pooled_ready(entry)
         else:
-            self.stats.slabs_loaded += 1
-            apool.mark_ready(entry)
-            if entry.bad:
-                apool.bad[entry.slab] = True
-        entry.finish(error)
-        apool.unpin(entry, None)  # the load pin
+            self.apool.discard(entry)
+            entry.finish(error)
+            self.apool.unpin(entry, None)  # the load pin
 
 
 # Reads handed to one decode job at most (local files): fewer hops per chunk, yet several jobs per

@@ -188,16 +188,6 @@ class ArrayPool:
         """Slots holding (or loading) a slab."""
         return self._fresh - len(self._free)
 
-    def _take_free(self) -> int | None:
-        if self._free:
-            self.resident.add(self._slot_nbytes)
-            return self._free.pop()
-        if self._fresh < self.n_slots:
-            self._fresh += 1
-            self.resident.add(self._slot_nbytes)
-            return self._fresh - 1
-        return None
-
     @property
     def slot_nbytes(self) -> int:
         """Bytes of one slot (one slab after chunk transforms)."""
@@ -269,9 +259,16 @@ class ArrayPool:
     def reserve(self, slab: int, *, evict: bool = True, pins: int = 1) -> Slab | None:
         """Take a slot for ``slab``, pinned ``pins`` times: a free one, else (with ``evict``) one
         whose slab is not needed soonest; None if there is none."""
-        slot = self._take_free()
-        if slot is None and evict:
-            slot = self._evict()
+        # The free-slot path inlined: it runs once per slab a cold pass loads, on the loop.
+        if self._free:
+            slot: int | None = self._free.pop()
+            self.resident.add(self._slot_nbytes)
+        elif self._fresh < self.n_slots:
+            slot = self._fresh
+            self._fresh += 1
+            self.resident.add(self._slot_nbytes)
+        else:
+            slot = self._evict() if evict else None
         if slot is None:
             return None
         entry = Slab(slab, slot, pins=pins)
