@@ -13,8 +13,9 @@ Two coroutines on the engine loop cooperate:
   sample per chunk and 100 ms per GET, two blocks of 16 chunks would leave
   a limit of 256 with nothing to send;
 * the *emitter* waits until the blocks a batch touches are ready, has the
-  gatherer copy it out of the pool on its thread, and hands it to the
-  consumer through a queue bounded by ``prefetch``.
+  gatherer copy it out of the pool on its thread (on the loop itself for a
+  small batch, see :meth:`~insitu.engine.gather.Gatherer.gathers_inline`),
+  and hands it to the consumer through a queue bounded by ``prefetch``.
 
 A block's pins are released once its last batch is gathered; a slab the epoch
 needs again later stays cached with that next use as its eviction priority.
@@ -106,6 +107,7 @@ class EpochRun:
         self._advanced: asyncio.Future[None] | None = None
         # Bytes of one sample over every label: what a block of read-ahead holds in batch rows.
         self._sample_bytes = sample_bytes(gatherer.specs.values())
+        self._gather_inline = gatherer.gathers_inline(plan.batch_size)
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
@@ -309,7 +311,7 @@ class EpochRun:
                 gather = functools.partial(
                     self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k, buffers=buffers
                 )
-                batch = await self._on_gather_thread(gather)
+                batch = gather() if self._gather_inline else await self._on_gather_thread(gather)
                 self.engine.stats.batches += 1
                 self.engine.stats.samples += batch.size
                 self.engine.stats.bytes_delivered += sum(getattr(v, "nbytes", 0) for v in batch.values())

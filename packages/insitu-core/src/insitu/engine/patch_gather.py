@@ -206,6 +206,11 @@ class PatchGatherer(Gatherer):
 
         return assemble_box(lo, hi, shape.chunk_shape, apool.spec.dtype, chunk_of)
 
+    def gathers_inline(self, batch_size: int) -> bool:
+        """Never: a patch batch's cost follows the chunks each patch spans, not its bytes, so it
+        stays on the gather thread, off the loop."""
+        return False
+
     def gather(
         self,
         where: BatchRows,
