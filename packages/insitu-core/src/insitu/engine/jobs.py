@@ -112,7 +112,7 @@ class DecodeJob(Job):
             return 0, None, True
         if len(read.pieces) == 1 and read.pieces[0].length is None:  # the common whole-chunk case
             view, copy = self._view(item, 0)
-            if item.views[0] is not None and view.flags.c_contiguous:
+            if item.views[0] is not None:
                 populate_for_write(view)  # fresh pool memory (streamed slabs decode into warm memory)
             try:
                 self.reader.place(read.pieces[0].coords, raw, view)

@@ -44,10 +44,11 @@ def can_populate() -> bool:
 
 
 def populate_for_write(view: np.ndarray) -> None:
-    """Commit the pages under ``view`` (a contiguous array) ahead of writing them; never raises."""
+    """Commit the pages under ``view`` ahead of writing them (nothing for a view smaller than a page
+    or not contiguous); never raises."""
     global _madvise
     fn = _madvise
-    if fn is None or view.nbytes < _PAGE:
+    if fn is None or view.nbytes < _PAGE or not view.flags.c_contiguous:  # cheapest test first
         return
     addr = view.ctypes.data
     start = addr - addr % _PAGE
