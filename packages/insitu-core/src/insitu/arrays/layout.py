@@ -69,6 +69,8 @@ class ArrayReader:
         # One chunk a slab, the sample axis first (most archives): its coords are (slab, *rest),
         # made without the general per-slab list (reads() runs once per chunk read).
         self._one_chunk_rest = self._others[0] if self.chunks_per_slab == 1 and ax == 0 else None
+        # Its store key is then the slab's number between a fixed head and tail, written once.
+        self._one_chunk_key = _key_around_slab(self.key, self._one_chunk_rest)
         self._full_slabs = geom.n_samples // geom.chunk_len  # slabs before this index hold chunk_len rows
         # A slab that is exactly one chunk with the sample axis first decodes straight into its slot.
         self.whole_slab = (
@@ -109,10 +111,19 @@ class ArrayReader:
     def single_reads(self, slabs: Iterable[int]) -> list[Read] | None:
         """One whole-object read per slab, in the order of ``slabs``, when each slab of this
         unsharded array is one stored chunk; None otherwise (see :meth:`reads`)."""
-        rest, key = self._one_chunk_rest, self.key
+        rest, around = self._one_chunk_rest, self._one_chunk_key
         if rest is None:
             return None
-        return [Read(key(coords), None, (Piece(coords, 0, None),)) for coords in [(s, *rest) for s in slabs]]
+        # The tuples made directly: a named tuple's own constructor is a Python function, and
+        # this runs once per chunk a cold pass reads, on the loop.
+        new = tuple.__new__
+        if around is None:
+            key = self.key
+            return [
+                new(Read, (key(c), None, (new(Piece, (c, 0, None)),))) for c in [(s, *rest) for s in slabs]
+            ]
+        head, tail = around
+        return [new(Read, (f"{head}{s}{tail}", None, (new(Piece, ((s, *rest), 0, None)),))) for s in slabs]
 
     def reads(self, slabs: Iterable[int]) -> list[tuple[int, Read]]:
         """Whole-object reads for an unsharded array: ``[(slab, read)]``."""
@@ -293,3 +304,31 @@ def _outer(index: list[Any], shape: tuple[int, ...] | None = None) -> tuple[Any,
         else:
             axes.append(i)
     return np.ix_(*axes)
+
+
+class _SlabMark:
+    """Stands for the slab's number in a key: formats (and prints) as a character no key holds."""
+
+    def __format__(self, spec: str) -> str:
+        return "\x00"
+
+    def __str__(self) -> str:
+        return "\x00"
+
+
+def _key_around_slab(encode: Any, rest: tuple[int, ...] | None) -> tuple[str, str] | None:
+    """``(head, tail)`` with ``encode((slab, *rest)) == f"{head}{slab}{tail}"`` for every slab, or
+    None when the encoder's keys are not the slab's decimal number in a fixed frame."""
+    if rest is None:
+        return None
+    try:
+        marked = encode((_SlabMark(), *rest))
+    except Exception:  # an encoder that needs integers: keys are made one by one
+        return None
+    if not isinstance(marked, str) or marked.count("\x00") != 1:
+        return None
+    head, tail = marked.split("\x00")
+    for slab in (0, 7, 1234567):  # the frame must reproduce the encoder's own keys
+        if encode((slab, *rest)) != f"{head}{slab}{tail}":
+            return None
+    return head, tail

@@ -274,6 +274,9 @@ class ArrayLoader:
         self.streams_in_job = reader is not None and reader.chunks_per_slab == 1 and self.transform is None
         self._items_per_job = items_per_job(self.geom.slab_nbytes)
         self._sample_nbytes = apool.spec.sample_nbytes
+        # Every slab but a short last one holds chunk_len rows: its bytes, counted per slab loaded.
+        self._full_slabs = self.geom.n_samples // self.geom.chunk_len
+        self._full_slab_nbytes = self.geom.chunk_len * self._sample_nbytes
         self._shard_index: dict[tuple[int, ...], asyncio.Future[np.ndarray | None]] = {}
         self._zarr_array: Any = None
 
@@ -600,7 +603,10 @@ class ArrayLoader:
         :meth:`_finish_slab` does for it, without the branches for the other cases (this runs for
         every slab a cold pass loads, on the loop)."""
         apool, stats, slab = self.apool, self.stats, entry.slab
-        stats.bytes_decoded += apool.rows(slab) * self._sample_nbytes
+        if slab < self._full_slabs:
+            stats.bytes_decoded += self._full_slab_nbytes
+        else:
+            stats.bytes_decoded += apool.rows(slab) * self._sample_nbytes
         stats.slabs_loaded += 1
         apool.slab_to_slot[slab] = entry.slot
         if entry.bad:
