@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 import insitu
 from insitu.arrays.geometry import ArrayGeometry
@@ -114,3 +115,23 @@ def test_a_cached_pass_keeps_no_object_per_slab_and_serves_the_next_epoch(tmp_pa
         assert ds.stats.slab_hits >= n  # the second epoch came from the cache
     finally:
         ds.close()
+
+
+def test_a_block_reserves_its_free_slots_in_one_step() -> None:
+    apool = _pool(n_slabs=16, n_slots=6)
+    _load(apool, 0)
+    _load(apool, 1)
+    gone = apool.get(0)
+    assert gone is not None
+    apool.discard(gone)  # slot given back: taken again first
+    assert apool.free_slots == 5
+    entries = apool.reserve_free([4, 5, 6], pins=2)
+    assert [e.slab for e in entries] == [4, 5, 6]
+    assert all(e.pins == 2 and e.state != READY for e in entries)
+    assert len({e.slot for e in entries} | {int(apool.slab_to_slot[1])}) == 4  # no slot twice
+    assert entries[0].slot == gone.slot
+    assert apool.free_slots == 2
+    assert apool.resident.now == 4 * apool.slot_nbytes
+    with pytest.raises(ValueError, match="3 slabs for 2 free slots"):
+        apool.reserve_free([7, 8, 9])
+    assert apool.free_slots == 2  # refused whole: nothing taken

@@ -66,6 +66,8 @@ class LiveBlock:
         reserving cannot evict them; returns the positions in ``slabs`` of the missing ones."""
         held: list[Slab | None] = [None] * len(slabs)
         self.pinned[path] = held
+        if not (apool.slab_to_slot[slabs] >= 0).any() and apool.entries.keys().isdisjoint(slabs):
+            return list(range(len(slabs)))  # none resident nor loading (a cold pass): no lookup each
         missing = []
         for i, s in enumerate(slabs):
             e = apool.get(s)
@@ -91,11 +93,16 @@ class LiveBlock:
         taking a free slot only. Returns the entries to load into the pool and the slabs it has no
         slot for."""
         held = self.pinned[path]
+        if apool.free_slots >= len(missing):  # a slot for each without evicting (a cold pass)
+            # Pinned twice at once: the load's pin (its completion releases it) and the block's.
+            taken = apool.reserve_free([slabs[i] for i in missing], pins=2)
+            for i, slab in zip(missing, taken, strict=True):
+                held[i] = slab
+            return taken, []
         fresh: list[Slab] = []
         streamed: list[int] = []
         for i in missing:
             s = slabs[i]
-            # Pinned twice at once: the load's pin (its completion releases it) and the block's.
             e = apool.reserve(s, evict=evict or (next_use is not None and next_use[i] >= 0), pins=2)
             if e is None:
                 streamed.append(s)
