@@ -316,12 +316,15 @@ class ArrayLoader:
             return
         single = reader.single_reads([e.slab for e in entries])
         if single is not None:  # one stored chunk per slab: the reads pair with the entries
-            items = [ReadItem(read, [e], [target(e)]) for e, read in zip(entries, single, strict=True)]
+            # Tuples, not lists: the collector stops tracking a tuple of slot views (arrays are
+            # not tracked) at its first look, so a block's reads in flight add less to every
+            # collection that finds them still loading.
+            items = [ReadItem(read, (e,), (target(e),)) for e, read in zip(entries, single, strict=True)]
         else:
             by_slab, items = {e.slab: e for e in entries}, []
             for slab, read in reader.reads(by_slab):  # one slot view per slab, shared by its pieces
                 entry, n = by_slab[slab], len(read.pieces)
-                items.append(ReadItem(read, [entry] * n, [target(entry)] * n))
+                items.append(ReadItem(read, (entry,) * n, (target(entry),) * n))
         self._dispatch(items, priority)
 
     def _item(self, read: Read, targets: list[Slab]) -> ReadItem:
