@@ -43,6 +43,7 @@ import numpy as np
 from insitu.arrays.geometry import ArrayGeometry
 from insitu.batch import Batch
 from insitu.engine.blocks import LiveBlock, StreamedSlabs, find_slabs
+from insitu.engine.credits import BatchCredits
 from insitu.engine.gather import BatchRows, Gatherer
 from insitu.engine.loader import Engine
 from insitu.engine.pool import Slab
@@ -85,7 +86,7 @@ class EpochRun:
         # The C queue: a put and a get cost a fraction of queue.Queue's (a lock and two conditions in
         # Python), once per batch on each side.
         self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.credits: asyncio.Semaphore | None = None
+        self.credits: BatchCredits | None = None
         self.task: asyncio.Task[Any] | None = None
         n = plan.n_blocks
         # Only the blocks between the emitter and the producer's read-ahead are live: per-block
@@ -113,9 +114,10 @@ class EpochRun:
 
     # -- consumer side (any thread) -------------------------------------------
     def release_credit(self) -> None:
-        """The consumer took a batch: the producer may prepare one more (thread-safe through the loop)."""
+        """The consumer took a batch: the producer may prepare one more (any thread; the loop is
+        woken only if the emitter waits for room)."""
         if self.credits is not None:
-            self.credits.release()
+            self.credits.give_back()
 
     def cancel(self) -> None:
         """Cancel the pass's task on the loop, if it is still running."""
@@ -128,7 +130,7 @@ class EpochRun:
         exception that stopped it)."""
         loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
-        self.credits = asyncio.Semaphore(self.prefetch)
+        self.credits = BatchCredits(loop, self.prefetch)
         producer = loop.create_task(self._produce())
         emitter = loop.create_task(self._emit())
         try:
@@ -308,7 +310,7 @@ class EpochRun:
             buffers = self._batch_buffers.pop(k, None)
             if where.skipped and (where.skipped == hi - lo or self.drop_short):
                 self.engine.stats.dropped_batches += 1  # nothing (or too little) left to deliver
-                self.credits.release()
+                self.credits.give_back()
             else:
                 gather = functools.partial(
                     self.gatherer.gather, where, split=self.split, epoch=self.epoch, index=k, buffers=buffers

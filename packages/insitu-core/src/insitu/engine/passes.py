@@ -54,7 +54,7 @@ class RunningPass:
 
     def took_batch(self) -> None:
         """The consumer took a batch: the pass may prepare one more."""
-        self._loop.call_soon_threadsafe(self._run.release_credit)
+        self._run.release_credit()
 
     def cancel(self) -> None:
         """Cancel the pass on the loop (nothing to do once the loop is gone)."""
