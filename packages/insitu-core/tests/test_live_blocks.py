@@ -40,10 +40,11 @@ def test_find_slabs_gives_each_slab_its_place_among_sorted_ids() -> None:
 
 def test_streamed_slabs_report_bad_flags_only_when_one_is_bad() -> None:
     entries = [Slab.streamed(s, Destinations()) for s in (3, 4)]
-    stream = StreamedSlabs(np.array([3, 4], dtype=np.int64), entries)
-    assert stream.bad_flags() is None
+    assert StreamedSlabs(np.array([3, 4], dtype=np.int64), entries).bad_flags() is None
     entries[1].bad = True
+    stream = StreamedSlabs(np.array([3, 4], dtype=np.int64), entries)
     flags = stream.bad_flags()
+    assert stream.bad_flags() is flags  # worked out once: asked again by every batch of the block
     assert flags is not None
     assert flags.tolist() == [False, True]
     at, hit = stream.locate(np.array([4, 7]))

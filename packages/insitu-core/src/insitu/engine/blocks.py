@@ -31,22 +31,29 @@ def find_slabs(ids: np.ndarray, slabs: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return at, ids[at] == slabs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
 class StreamedSlabs:
     """The slabs of one array a block streams into its batch rows: sorted ``ids``, their entries."""
 
     ids: np.ndarray
     entries: list[Slab]
+    # The bad flags, worked out on the first ask: every batch the block feeds asks, once its loads
+    # are done, and a block of 1,024 one-sample slabs feeds 32 batches of 32.
+    _bad: np.ndarray | None = field(default=None, init=False, repr=False)
+    _bad_known: bool = field(default=False, init=False, repr=False)
 
     def locate(self, slabs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``slabs`` is among the streamed ones, and whether it is one (see :func:`find_slabs`)."""
         return find_slabs(self.ids, slabs)
 
     def bad_flags(self) -> np.ndarray | None:
-        """Per streamed slab, whether it holds a filled-in bad chunk; None when none does."""
-        if not any(e.bad for e in self.entries):
-            return None
-        return np.array([e.bad for e in self.entries])
+        """Per streamed slab, whether it holds a filled-in bad chunk; None when none does. Ask once
+        the block's loads are done: the answer is kept from then on."""
+        if not self._bad_known:
+            flags = np.fromiter((e.bad for e in self.entries), dtype=bool, count=len(self.entries))
+            self._bad = flags if flags.any() else None
+            self._bad_known = True
+        return self._bad
 
 
 @dataclass(eq=False, slots=True)

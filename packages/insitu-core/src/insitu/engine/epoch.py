@@ -264,15 +264,21 @@ class EpochRun:
         anchors = plan.anchors[lo:hi]
         out = [Destinations() for _ in range(len(ids))]
         for g in self._labels[path]:
+            label = g.label
             src = anchors + g.offset
             slab = src // g.chunk_len
             at, found = find_slabs(ids, slab)
             hit = np.flatnonzero(found)
+            # Row by row (once per streamed sample): the batch's array is looked up again only when
+            # the batch changes.
+            k_now, buffer = -1, None
             for p, i, r in zip(
                 (hit + lo).tolist(), at[hit].tolist(), (src - slab * g.chunk_len)[hit].tolist(), strict=True
             ):
                 k, row = divmod(p, size)
-                out[i].add(self._buffers_of(k)[g.label], row, r)
+                if k != k_now:
+                    k_now, buffer = k, self._buffers_of(k)[label]
+                out[i].rows.append((buffer, row, r))
         return out
 
     def _buffers_of(self, k: int) -> dict[str, np.ndarray]:

@@ -49,9 +49,12 @@ class Destinations:
         if len(self.rows) != 1 or slab_shape[0] != 1:
             return None
         array, row, src = self.rows[0]
-        if src != 0 or array.dtype != dtype or not array.flags.c_contiguous:
+        if src != 0 or array.dtype != dtype:
             return None
-        return array[row : row + 1].reshape(slab_shape)
+        view = array[row : row + 1]
+        # Batch buffers are C-contiguous as made (BufferPool.empty), so is a row of one; asked after
+        # the cheaper tests, since this runs for every streamed chunk, in the decode threads.
+        return view.reshape(slab_shape) if view.flags.c_contiguous else None
 
 
 class ScratchBuffers:
