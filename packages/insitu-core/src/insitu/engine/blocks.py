@@ -106,6 +106,8 @@ class LiveBlock:
             for i, slab in zip(missing, taken, strict=True):
                 held[i] = slab
             return taken, []
+        if not apool.free_slots and not evict and (next_use is None or all(next_use[i] < 0 for i in missing)):
+            return [], [slabs[i] for i in missing]  # no slot to take nor to evict for: all streamed
         fresh: list[Slab] = []
         streamed: list[int] = []
         for i in missing:

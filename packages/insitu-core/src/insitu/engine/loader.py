@@ -513,8 +513,12 @@ class ArrayLoader:
                 for entry in item.targets:
                     entry.pending -= 1
                     if entry.pending == 0:
-                        if simple and entry.dests is None and entry.error is None:
+                        if not simple or entry.error is not None:
+                            self._slab_complete(entry)
+                        elif entry.dests is None:
                             self._pooled_ready(entry)
+                        elif entry.scratch is None:  # streamed: its rows went to its batches in the job
+                            self._streamed_ready(entry)
                         else:
                             self._slab_complete(entry)
                 continue
@@ -617,13 +621,23 @@ class ArrayLoader:
         entry.finish(None)
         apool.unpin(entry, None)  # the load pin
 
+    def _streamed_ready(self, entry: Slab) -> None:
+        """A streamed slab whose rows are in their batch rows: counted, then its block is told."""
+        stats, slab = self.stats, entry.slab
+        if slab < self._full_slabs:
+            stats.bytes_decoded += self._full_slab_nbytes
+        else:
+            stats.bytes_decoded += self.apool.rows(slab) * self._sample_nbytes
+        stats.slabs_streamed += 1
+        entry.finish(None)
+
     def _finish_slab(self, entry: Slab, error: BaseException | None) -> None:
         entry.scratch = None
         if entry.dests is not None:  # streamed, never in the pool: nothing to mark or unpin
             if error is None:
-                self.stats.bytes_decoded += self.apool.rows(entry.slab) * self._sample_nbytes
-                self.stats.slabs_streamed += 1
-            entry.finish(error)
+                self._streamed_ready(entry)
+            else:
+                entry.finish(error)
         elif error is None:
             self._pooled_ready(entry)
         else:
