@@ -13,11 +13,17 @@ and case, the ratios the project's targets are stated in:
 
 Ratios are read rather than absolute speeds: every engine of a run shares the machine's
 state, so a busy machine moves them far less than it moves MB/s. A ratio more than
-``--tolerance`` (default 15%) below ``bench/baseline.json`` fails the guard (exit 1),
+``--tolerance`` (default 20%) below ``bench/baseline.json`` fails the guard (exit 1),
 with a table of what moved.
+
+The ratios still move: on the 2-core reference machine the same checkout, run twice back to
+back, gave 1.59 and 2.08 for local c1 insitu / insitubatch (insitubatch's best of its sweep
+is the best of noisy runs). So the committed baseline is the lower of two runs
+(``--update`` then ``--update-lower``), and a drop counts past 20% of it.
 
     python bench/smoke.py                       # = nox -s bench-smoke; a few minutes on 2 cores
     python bench/smoke.py --update              # rewrite bench/baseline.json from this run
+    python bench/smoke.py --update-lower        # lower each baseline ratio to this run's, if lower
     python bench/smoke.py --from results.json   # check an existing suite.json, run nothing
 
 Not part of ``make test``: it measures, and measurements belong to a quiet machine.
@@ -95,7 +101,12 @@ def compare(measured: dict[str, float], baseline: dict[str, float], tolerance: f
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--update", action="store_true", help="write the measured ratios as the new baseline")
-    ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument(
+        "--update-lower",
+        action="store_true",
+        help="lower each baseline ratio to the measured one where that is lower (a baseline of several runs)",
+    )
+    ap.add_argument("--tolerance", type=float, default=0.20)
     ap.add_argument("--baseline", type=Path, default=BASELINE)
     ap.add_argument("--from", dest="source", type=Path, help="a suite.json to check instead of running")
     ap.add_argument("--insitubatch-python", help="passed to bench/run.py")
@@ -113,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         args.source = out / "suite.json"
     suite = json.loads(args.source.read_text())
     measured = ratios(suite)
-    if args.update:
-        args.baseline.write_text(
-            json.dumps({"ratios": measured, "command": "python bench/smoke.py --update"}, indent=1) + "\n"
-        )
+    if args.update or args.update_lower:
+        command = "python bench/smoke.py --update"
+        if args.update_lower:
+            old = json.loads(args.baseline.read_text())["ratios"]
+            measured = {k: min(v, old.get(k, v)) for k, v in measured.items()}
+            command += " && python bench/smoke.py --update-lower"
+        args.baseline.write_text(json.dumps({"ratios": measured, "command": command}, indent=1) + "\n")
         print(f"bench-smoke: wrote {len(measured)} ratios to {args.baseline}")
         return 0
     baseline = json.loads(args.baseline.read_text())["ratios"]

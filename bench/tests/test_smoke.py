@@ -51,3 +51,16 @@ def test_the_guard_exits_one_on_a_regression(tmp_path: Path) -> None:
     assert main(["--from", str(suite), "--baseline", str(baseline)]) == 0
     suite.write_text(json.dumps(_suite(700, 1200, 500, 2000)))  # insitu lost 30% against both
     assert main(["--from", str(suite), "--baseline", str(baseline)]) == 1
+
+
+def test_a_second_run_can_only_lower_the_baseline(tmp_path: Path) -> None:
+    suite = tmp_path / "suite.json"
+    baseline = tmp_path / "baseline.json"
+    suite.write_text(json.dumps(_suite(1000, 1200, 500, 2000)))
+    assert main(["--from", str(suite), "--baseline", str(baseline), "--update"]) == 0
+    suite.write_text(json.dumps(_suite(900, 1500, 500, 2000)))  # insitu lower, insitu_stream higher
+    assert main(["--from", str(suite), "--baseline", str(baseline), "--update-lower"]) == 0
+    kept = json.loads(baseline.read_text())["ratios"]
+    assert kept["local/c8/insitu:insitubatch"] == 1.8  # the lower run's
+    assert kept["local/c8/insitu_stream:insitubatch"] == 2.4  # the first run's, lower than 3.0
+    assert "--update-lower" in json.loads(baseline.read_text())["command"]
