@@ -126,6 +126,41 @@ def test_a_script_holding_an_iterator_over_a_million_chunks_exits_quietly(tmp_pa
         assert proc.stderr == "", proc.stderr
 
 
+def test_a_script_holding_an_iterator_of_a_second_pass_exits_without_a_finaliser_error(
+    tmp_path: Path,
+) -> None:
+    # Data from xarray's to_zarr, a whole pass checked against it, then a second pass left after
+    # two batches with its iterator in a module global, no close(): the iterator was finalised
+    # after the interpreter had cleared the views module's globals, and its __del__ printed
+    # "Exception ignored ... 'NoneType' object has no attribute 'suppress'".
+    code = textwrap.dedent(f"""
+        import numpy as np, xarray as xr, insitu
+        root = {str(tmp_path / "era.zarr")!r}
+        n = 300
+        src = np.random.default_rng(0).random((n, 16, 32), dtype=np.float32)
+        ds0 = xr.Dataset({{"t2m": (("time", "lat", "lon"), src)}}, coords={{"time": np.arange(n)}})
+        ds0.to_zarr(root, mode="w", encoding={{"t2m": {{"chunks": (1, 16, 32)}}}})
+        store = insitu.open_store(root)
+        geoms = insitu.open_geometries(store, ["t2m"])
+        manifest = insitu.split_by_chunk(geoms["t2m"], (1.0,), names=("train",))
+        ds = insitu.InSituDataset(store, manifest, batch_size=8, seed=1)
+        seen = []
+        for b in ds.train:
+            np.testing.assert_array_equal(b["t2m"], src[b.sample_indices])
+            seen.extend(b.sample_indices.tolist())
+        assert sorted(seen) == list(range(n))
+        it = iter(ds.train)
+        next(it)
+        next(it)
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=EXIT_TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_close_in_an_exit_handler_after_the_loop_stopped_saves_and_returns(
     root: Path, tmp_path: Path
 ) -> None:

@@ -11,7 +11,6 @@ it is created, so the budget check sees every iterator that can be advanced
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import queue
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -543,8 +542,12 @@ class ViewIterator(Iterator[Batch]):
         self._dataset.report_pass(report)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # No module global here: an iterator a script still holds at exit is finalised after the
+        # interpreter has set this module's globals to None (``contextlib`` among them).
+        try:  # noqa: SIM105 - contextlib may be gone already (see above)
             self._finish(wait=False)
+        except Exception:  # a finaliser must not raise; the engine's exit handler cleans up
+            pass
 
     def __repr__(self) -> str:
         return (
