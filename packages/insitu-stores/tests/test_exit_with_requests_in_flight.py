@@ -73,7 +73,9 @@ def test_a_script_that_stops_mid_epoch_waits_for_the_reads_it_abandoned(
     proxy: FaultProxy, data_url: str
 ) -> None:
     # Every chunk but the first is held: the script takes one batch and ends without close(), so the
-    # exit cancels the pass while its reads are at the proxy.
+    # exit cancels the pass while its reads are at the proxy. The first batch can reach the script
+    # before the read-ahead has sent its reads (a small batch is gathered on the loop at once), so
+    # the script gives it a moment (well within the time the proxy holds them) before it ends.
     for chunk in range(1, 16):
         proxy.faults.append(Fault(f"data.zarr/x/c/{chunk}/0", f"delay:{HELD_S}", method="GET"))
     out = _run(
@@ -85,6 +87,8 @@ def test_a_script_that_stops_mid_epoch_waits_for_the_reads_it_abandoned(
                                   shuffle=False)
         batch = next(iter(ds.train))
         print("first batch", batch["x"][0, 0], flush=True)
+        import time
+        time.sleep({HELD_S / 4})
         """
     )
     assert out.returncode == 0, out.stderr
