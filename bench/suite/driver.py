@@ -68,9 +68,17 @@ ENGINES = [
     "ceiling_decode_keep",
     "ceiling_gather",
     "ceiling_rawget",
+    "ceiling_fetch_keep",
 ]
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
-CEILINGS = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather", "ceiling_rawget")
+CEILINGS = (
+    "ceiling_decode",
+    "ceiling_decode_out",
+    "ceiling_decode_keep",
+    "ceiling_gather",
+    "ceiling_rawget",
+    "ceiling_fetch_keep",
+)
 # No store IO: measured once per case on its local copy (under "local", whatever the conditions).
 STORE_FREE = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather")
 # A warm epoch is timed too: engines with a cache, and insitu without one (it reads again).
@@ -128,7 +136,7 @@ class Mode:
 
 
 _ALL = tuple(ENGINES)
-_REMOTE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_rawget")
+_REMOTE_SET = ("insitu", "insitu_stream", "insitubatch", BEST_WORKER, "ceiling_rawget", "ceiling_fetch_keep")
 # Loaders that read through one asyncio store: a worker stack's failures under 503s say nothing new.
 _THROTTLE_SET = ("insitu", "insitu_stream", "insitubatch")
 _CASE_SET = (
@@ -215,6 +223,8 @@ def tunings(engine: str, case: Case, condition: str, mode: Mode) -> list[dict[st
         return [{"threads": os.cpu_count() or 1, "block_chunks": max(1, 256 // spc)}]
     if engine == "ceiling_rawget":
         return [{"concurrency": max(mode.inflight)}]  # a ceiling: the highest concurrency swept
+    if engine == "ceiling_fetch_keep":
+        return [{"concurrency": max(mode.inflight), "threads": os.cpu_count() or 1}]
     if engine in ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep"):
         return [{"threads": os.cpu_count() or 1}]
     return [{}]  # naive, ceiling_gather: nothing to tune
