@@ -273,6 +273,8 @@ class ArrayLoader:
         # its own and is transformed and scattered once every chunk of it is in.
         self.streams_in_job = reader is not None and reader.chunks_per_slab == 1 and self.transform is None
         self._items_per_job = items_per_job(self.geom.slab_nbytes)
+        # GETs answered in this turn of the loop, by priority, waiting to go to the threads together.
+        self._fetched: dict[int, list[ReadItem]] = {}
         self._sample_nbytes = apool.spec.sample_nbytes
         # Every slab but a short last one holds chunk_len rows: its bytes, counted per slab loaded.
         self._full_slabs = self.geom.n_samples // self.geom.chunk_len
@@ -375,7 +377,29 @@ class ArrayLoader:
             self.fail_read(item, exc)
             return
         governor.succeeded(item.raw)
-        self._pump.submit(self._job([item]), priority)
+        self._decode_fetched(item, priority)
+
+    def _decode_fetched(self, item: ReadItem, priority: int) -> None:
+        """Queue the decode of a fetched ``item`` with the others answered in this turn of the loop.
+
+        A round trip's answers arrive together; sent to the threads as a few jobs (as local reads
+        are) rather than a job each, they cost one queue hand-off, one wake-up and one report per
+        job instead of per chunk. The jobs go out at the loop's next turn."""
+        ready = self._fetched.get(priority)
+        if ready is not None:
+            ready.append(item)
+            return
+        self._fetched[priority] = [item]
+        if len(self._fetched) == 1:  # the first this turn: one flush serves them all
+            self._pump.loop.call_soon(self._flush_fetched)
+
+    def _flush_fetched(self) -> None:
+        fetched, self._fetched = self._fetched, {}
+        pump = self._pump
+        for priority, items in fetched.items():
+            per_job = max(1, min(self._items_per_job, -(-len(items) // pump.threads)))
+            for i in range(0, len(items), per_job):
+                pump.submit(self._job(items[i : i + per_job]), priority)
 
     async def _load_shard(
         self,
