@@ -19,7 +19,7 @@ def _sweeper() -> deadlines._Sweeper:
 def test_a_request_past_its_limit_ends_in_timeout_error_within_an_eighth_more() -> None:
     async def main() -> float:
         started = time.monotonic()
-        with pytest.raises(TimeoutError, match=r"no answer within 0\.2 s"):
+        with pytest.raises(TimeoutError):
             await within(0.2, asyncio.Event().wait)  # never set
         return time.monotonic() - started
 

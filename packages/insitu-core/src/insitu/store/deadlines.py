@@ -108,7 +108,7 @@ async def within(limit_s: float, request: Callable[[], Awaitable[T]]) -> T:
             attempt.expired = False  # handled here: its cancellation is taken back once
             # Ours, unless someone else asked too since the attempt began: theirs passes through.
             if task.uncancel() <= attempt.cancelling:
-                raise TimeoutError(f"no answer within {limit_s:g} s") from exc
+                raise TimeoutError from exc  # as asyncio.timeout: whoever retries names the limit
         raise
     finally:
         if attempt.expired:  # expired, yet the request swallowed the cancellation: take it back
