@@ -130,7 +130,8 @@ def test_a_hung_store_raises_store_timeout_error_naming_the_key_and_limit(tmp_pa
     policy = RetryPolicy(retries=1, backoff_s=0.001, timeout_s=0.5)
     with _dataset(store, on_bad_chunk="skip", retry=policy) as ds:
         with pytest.raises(
-            StoreTimeoutError, match=r"reading 'x/c/\d+/0/0'.*no answer within 0\.5 s"
+            StoreTimeoutError,
+            match=r"reading 'x/c/\d+/0/0'.*no answer within 0\.5 s per attempt, 2 attempts$",
         ) as info:
             finishes(lambda: list(ds.train), within_s=60, hang="a hung store")
         stats = ds.stats
