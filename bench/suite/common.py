@@ -114,6 +114,18 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific notes (e.g. stats)
 
 
+#: The ceiling engines: bounds measured beside the loaders (the driver runs them, the report sets
+#: the loaders against them).
+CEILINGS = (
+    "ceiling_decode",
+    "ceiling_decode_out",
+    "ceiling_decode_keep",
+    "ceiling_gather",
+    "ceiling_rawget",
+    "ceiling_fetch_keep",
+)
+
+
 def rss_now() -> int:
     """This process's resident set size in bytes."""
     with open("/proc/self/statm") as f:

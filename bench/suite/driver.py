@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from common import Case, Spec, StoreSpec
+from common import CEILINGS, Case, Spec, StoreSpec
 from data import CASES, HTTPServer, S3Server, build_cases
 from portable import recorded_command
 
@@ -63,22 +63,9 @@ ENGINES = [
     "naive",
     "simple",
     "tensorstore",
-    "ceiling_decode",
-    "ceiling_decode_out",
-    "ceiling_decode_keep",
-    "ceiling_gather",
-    "ceiling_rawget",
-    "ceiling_fetch_keep",
+    *CEILINGS,
 ]
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
-CEILINGS = (
-    "ceiling_decode",
-    "ceiling_decode_out",
-    "ceiling_decode_keep",
-    "ceiling_gather",
-    "ceiling_rawget",
-    "ceiling_fetch_keep",
-)
 # No store IO: measured once per case on its local copy (under "local", whatever the conditions).
 STORE_FREE = ("ceiling_decode", "ceiling_decode_out", "ceiling_decode_keep", "ceiling_gather")
 # A warm epoch is timed too: engines with a cache, and insitu without one (it reads again).

@@ -57,6 +57,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from common import CEILINGS
 from portable import portable_paths
 
 WORKER_STACKS = ("xbatcher", "workers", "chunkaware")
@@ -66,14 +67,6 @@ INSITU_ENGINES = ("insitu", "insitu_stream")
 WORKING_MEMORY = (
     "working memory = peak RSS of the process tree - the bytes the engine's cache holds at the end "
     "of the cold epoch (0 for engines without a cache)"
-)
-CEILINGS = (
-    "ceiling_decode",
-    "ceiling_decode_out",
-    "ceiling_decode_keep",
-    "ceiling_gather",
-    "ceiling_rawget",
-    "ceiling_fetch_keep",
 )
 ENGINE_ORDER = (
     "insitu",

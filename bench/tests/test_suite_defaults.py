@@ -65,16 +65,31 @@ def test_the_keep_ceiling_decodes_every_frame_into_its_own_place(monkeypatch) ->
     assert np.array_equal(arena.view("float32").reshape(10, 64), np.stack(fields))
 
 
-def test_the_keep_cost_table_sets_the_default_against_streaming_and_the_bound() -> None:
+def _tables(*rows: tuple[str, str, float]) -> str:
+    """The report's tables for best rows ``(condition, engine, MB/s)`` of case c8."""
     best = [
-        {"condition": "local", "case": "c8", "engine": "insitu", "MBps": 800.0},
-        {"condition": "local", "case": "c8", "engine": "insitu_stream", "MBps": 1000.0},
-        {"condition": "local", "case": "c8", "engine": "ceiling_decode_out", "MBps": 1500.0},
-        {"condition": "local", "case": "c8", "engine": "ceiling_decode_keep", "MBps": 1200.0},
+        {
+            "condition": cond,
+            "case": "c8",
+            "engine": engine,
+            "MBps": mbps,
+            "tuning_label": "defaults",
+            "samples_per_s": 1.0,
+            "ttfb_ms": 1.0,
+            "peak_rss_MB": 1.0,
+        }
+        for cond, engine, mbps in rows
     ]
-    for b in best:
-        b.update(tuning_label="defaults", samples_per_s=1.0, ttfb_ms=1.0, peak_rss_MB=1.0)
-    text = tables({"best": best, "settings": {}})
+    return tables({"best": best, "settings": {}})
+
+
+def test_the_keep_cost_table_sets_the_default_against_streaming_and_the_bound() -> None:
+    text = _tables(
+        ("local", "insitu", 800.0),
+        ("local", "insitu_stream", 1000.0),
+        ("local", "ceiling_decode_out", 1500.0),
+        ("local", "ceiling_decode_keep", 1200.0),
+    )
     assert "| local | c8 | 800 | 1,000 | 0.80× | 0.80× |" in text
 
 
@@ -149,16 +164,13 @@ def test_the_fetch_keep_ceiling_runs_under_remote_conditions_at_the_highest_conc
 def test_the_keep_ceiling_column_is_the_conditions_own_bound() -> None:
     # Local disk: decoding into fresh memory with the bytes in memory. Through a store: fetching
     # through that store as well, measured under the same condition.
-    best = [
-        {"condition": "local", "case": "c8", "engine": "insitu", "MBps": 900.0},
-        {"condition": "local", "case": "c8", "engine": "ceiling_decode_keep", "MBps": 1200.0},
-        {"condition": "latency", "case": "c8", "engine": "insitu", "MBps": 600.0},
-        {"condition": "latency", "case": "c8", "engine": "ceiling_fetch_keep", "MBps": 800.0},
-        {"condition": "latency100", "case": "c8", "engine": "insitu", "MBps": 300.0},
-    ]
-    for b in best:
-        b.update(tuning_label="defaults", samples_per_s=1.0, ttfb_ms=1.0, peak_rss_MB=1.0)
-    text = tables({"best": best, "settings": {}})
+    text = _tables(
+        ("local", "insitu", 900.0),
+        ("local", "ceiling_decode_keep", 1200.0),
+        ("latency", "insitu", 600.0),
+        ("latency", "ceiling_fetch_keep", 800.0),
+        ("latency100", "insitu", 300.0),
+    )
     header = next(line for line in text.splitlines() if line.startswith("| case |"))
     column = [c.strip() for c in header.split("|")].index("vs keep ceiling")
     keep = [
