@@ -90,7 +90,8 @@ _SWEEPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sweeper] = weak
 
 async def within(limit_s: float, request: Callable[[], Awaitable[T]]) -> T:
     """``await request()``, raising ``TimeoutError`` once it has run ``limit_s`` (up to an eighth
-    later); outside a task (nothing to cancel) ``asyncio.timeout`` does it instead."""
+    later). Outside a task there is nothing to cancel: it defers to ``asyncio.timeout``, which
+    refuses that the way it always has."""
     task = asyncio.current_task()
     if task is None:
         async with asyncio.timeout(limit_s):
